@@ -1,0 +1,226 @@
+"""SyncConfig: the one object trainer, rollout and checks read. Built from one mapping (a YAML file, dotted
+keys or nested); the exclusion set, recipe and layout map are derived here once and nowhere else.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, fields, replace
+from functools import cached_property
+from typing import Any
+
+from .formats import Recipe, RecipeError, get_recipe
+from .models import LINEAR, ModelError, ModelSpec, get_model
+
+SYNC_MODES = ("onpolicy", "naive")
+INSTALL_PATHS = ("reload", "load_weights")
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the key and what to do."""
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    tp_size: int = 1
+    fp8_param: bool = False          # persistent FP8 parameters (TE quantized_model_init)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """vLLM engine settings that change what the kernels read."""
+    tp_size: int = 1
+    use_deep_gemm: bool = False      # VLLM_USE_DEEP_GEMM
+    deep_gemm_e8m0: bool = False     # VLLM_USE_DEEP_GEMM_E8M0: requantize block weights to UE8M0 after loading
+    install: str = "reload"          # reload (layerwise reload_weights) | load_weights (direct, first load only)
+    moe_backend: str = "triton"      # sm90 default for block-FP8 MoE; "deep_gemm" when VLLM_USE_DEEP_GEMM is exported
+
+    @property
+    def requant_ue8m0(self) -> bool:
+        return self.use_deep_gemm and self.deep_gemm_e8m0
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    bucket_bytes: int = 4 << 20      # bytes per serialized bucket
+    verify_digests: bool = True
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    model: str = "tiny-dense"
+    recipe: Recipe = field(default_factory=lambda: get_recipe("blockwise-fp32"))
+    sync_mode: str = "onpolicy"
+    exclude: tuple[str, ...] = ()    # extra high-precision module patterns, on top of the model's defaults
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    seed: int = 0
+
+    def __post_init__(self):
+        try:
+            get_model(self.model)
+        except ModelError as e:
+            raise ConfigError(f"model: {e}") from None
+        if self.sync_mode not in SYNC_MODES:
+            raise ConfigError(f"sync_mode: {self.sync_mode!r} is not one of {SYNC_MODES}")
+        if self.rollout.install not in INSTALL_PATHS:
+            raise ConfigError(f"rollout.install: {self.rollout.install!r} is not one of {INSTALL_PATHS}")
+        if self.rollout.moe_backend not in ("triton", "deep_gemm"):
+            raise ConfigError(f"rollout.moe_backend: {self.rollout.moe_backend!r} is not one of ('triton', 'deep_gemm')")
+        for k in ("trainer", "rollout"):
+            if getattr(self, k).tp_size < 1:
+                raise ConfigError(f"{k}.tp_size must be >= 1")
+
+    # -- derived once ---------------------------------------------------------------------------------------
+    @cached_property
+    def spec(self) -> ModelSpec:
+        return get_model(self.model)
+
+    @cached_property
+    def exclude_patterns(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.spec.default_exclude + tuple(self.exclude)))
+
+    @cached_property
+    def fp8_tensors(self) -> frozenset[str]:
+        """HF weight names carried as FP8: GEMM weights not matched by an exclusion pattern."""
+        return frozenset(t.name for t in self.spec.tensors()
+                         if t.kind == LINEAR and not matches_any(t.module, self.exclude_patterns))
+
+    @cached_property
+    def high_precision(self) -> frozenset[str]:
+        """Every other HF tensor (norms, embeddings, excluded linears): BF16 on the wire and in the engine."""
+        return frozenset(t.name for t in self.spec.tensors()) - self.fp8_tensors
+
+    @cached_property
+    def ignored_layers(self) -> tuple[str, ...]:
+        """vLLM `quantization_config.ignored_layers`: HF module names of GEMMs kept high precision."""
+        return tuple(sorted(t.module for t in self.spec.tensors()
+                            if t.kind == LINEAR and t.name not in self.fp8_tensors))
+
+    @cached_property
+    def layout(self):
+        from .layouts import LayoutMap
+        return LayoutMap(self.spec, self.fp8_tensors, self.recipe.block_shape, tp=self.rollout.tp_size)
+
+    def vllm_quantization_config(self) -> dict:
+        """What the rollout engine is started with (HF config.json `quantization_config`)."""
+        return {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": self.recipe.fp8_format,
+                "weight_block_size": list(self.recipe.block_shape), "ignored_layers": list(self.ignored_layers)}
+
+    # -- (de)serialization ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["recipe"] = {"name": self.recipe.name, **{k: v for k, v in d["recipe"].items() if k != "name"}}
+        d["exclude"] = list(self.exclude)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "SyncConfig":
+        """Nested or dotted keys. Unknown keys are an error naming the key (never silently ignored)."""
+        data = nest(data, source)
+        kw: dict[str, Any] = {}
+        sub = {"trainer": TrainerConfig, "rollout": RolloutConfig, "transport": TransportConfig}
+        top = {f.name for f in fields(cls)}
+        for k, v in data.items():
+            if k not in top:
+                raise ConfigError(f"{source}: unknown key {k!r}; known keys: {', '.join(sorted(top))}")
+            if k in sub:
+                if not isinstance(v, dict):
+                    raise ConfigError(f"{source}: {k} must be a mapping, got {type(v).__name__}")
+                kw[k] = _build(sub[k], v, f"{source}: {k}")
+            elif k == "recipe":
+                kw[k] = _recipe(v, source)
+            elif k == "exclude":
+                if isinstance(v, str) or not isinstance(v, (list, tuple)):
+                    raise ConfigError(f"{source}: exclude must be a list of module-name patterns")
+                kw[k] = tuple(str(x) for x in v)
+            else:
+                kw[k] = _typed(cls, k, v, source)
+        try:
+            return cls(**kw)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+    def with_(self, **changes) -> "SyncConfig":
+        return replace(self, **changes)
+
+
+def _recipe(v, source) -> Recipe:
+    try:
+        if isinstance(v, str):
+            return get_recipe(v)
+        if isinstance(v, dict):
+            v = dict(v)
+            name = v.pop("name", None)
+            if name is None:
+                raise ConfigError(f"{source}: recipe mapping needs a 'name' (one of blockwise-fp32, blockwise-pow2, mxfp8)")
+            if "block_shape" in v:
+                v["block_shape"] = tuple(v["block_shape"])
+            if "act_block_shape" in v:
+                v["act_block_shape"] = tuple(v["act_block_shape"])
+            return get_recipe(name, **v)
+    except (RecipeError, TypeError) as e:
+        raise ConfigError(f"{source}: recipe: {e}") from None
+    raise ConfigError(f"{source}: recipe must be a name or a mapping, got {type(v).__name__}")
+
+
+def _typed(cls, key, v, source):
+    want = {f.name: f.type for f in fields(cls)}[key]
+    want = want if isinstance(want, str) else want.__name__
+    ok = {"int": lambda x: isinstance(x, int) and not isinstance(x, bool), "bool": lambda x: isinstance(x, bool),
+          "str": lambda x: isinstance(x, str)}.get(want, lambda x: True)
+    if not ok(v):
+        raise ConfigError(f"{source}: {key} must be {want}, got {v!r}")
+    return v
+
+
+def _build(cls, data: dict, source: str):
+    known = {f.name for f in fields(cls)}
+    for k in data:
+        if k not in known:
+            raise ConfigError(f"{source}.{k}: unknown key; known: {', '.join(sorted(known))}")
+    return cls(**{k: _typed(cls, k, v, source) for k, v in data.items()})
+
+
+def nest(data: dict, source: str = "config") -> dict:
+    """Dotted keys -> nested mappings (`rollout.tp_size: 2` == `rollout: {tp_size: 2}`)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: top level must be a mapping, got {type(data).__name__}")
+    out: dict = {}
+    for k, v in data.items():
+        if not isinstance(k, str):
+            raise ConfigError(f"{source}: key {k!r} is not a string")
+        if isinstance(v, dict):
+            v = nest(v, source)
+        cur = out
+        parts = k.split(".")
+        for p in parts[:-1]:
+            nxt = cur.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"{source}: key {k!r} conflicts with a scalar at {p!r}")
+            cur = nxt
+        leaf = parts[-1]
+        if isinstance(v, dict) and isinstance(cur.get(leaf), dict):
+            cur[leaf] = _merge(cur[leaf], v)
+        else:
+            cur[leaf] = v
+    return out
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def matches(module: str, pattern: str) -> bool:
+    """Exact module matching at name-component boundaries: `mlp.gate` matches `model.layers.0.mlp.gate`
+    but never `mlp.gate_up_proj` or `mlp.gate_proj`. `re:<regex>` patterns use re.fullmatch."""
+    if pattern.startswith("re:"):
+        return re.fullmatch(pattern[3:], module) is not None
+    return module == pattern or module.endswith("." + pattern)
+
+
+def matches_any(module: str, patterns) -> bool:
+    return any(matches(module, p) for p in patterns)

@@ -1,0 +1,16 @@
+"""fp32 -> fp8 code cast with TE's saturation and NaN rule."""
+import torch
+
+from .constants import E4M3_NAN_BYTE, FP8_MAX
+
+
+def cast_to_fp8(y: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
+    """Round-to-nearest-even with saturation to +-max; NaN -> 0x7F (TE writes the positive NaN)."""
+    m = FP8_MAX[fp8_dtype]
+    q = y.clamp(-m, m).to(fp8_dtype)
+    nan = torch.isnan(y)
+    if bool(nan.any()):
+        qb = q.view(torch.uint8).clone()
+        qb[nan] = E4M3_NAN_BYTE
+        q = qb.view(fp8_dtype)
+    return q

@@ -1,0 +1,98 @@
+"""Recipe: what FP8 format a weight sync carries. One frozen dataclass, validated once; named recipes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .blockwise import dequantize_blockwise, quantize_blockwise
+from .constants import E8M0, FP8_DTYPES, MX_BLOCK
+from .mxfp8 import dequantize_mxfp8, quantize_mxfp8
+from .per_tensor import dequantize_per_tensor, quantize_per_tensor
+
+GRANULARITIES = ("block", "mxfp8", "tensor")
+SCALE_FORMATS = ("fp32", "pow2", "e8m0")
+
+
+class RecipeError(ValueError):
+    """A recipe name or field is not valid."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    fp8_format: str = "e4m3"
+    granularity: str = "block"
+    scale_format: str = "fp32"
+    amax_epsilon: float = 0.0
+    block_shape: tuple[int, int] = (128, 128)       # weights
+    act_block_shape: tuple[int, int] = (1, 128)     # activations / gradients
+
+    def __post_init__(self):
+        if self.fp8_format not in FP8_DTYPES:
+            raise RecipeError(f"recipe {self.name!r}: fp8_format must be one of {sorted(FP8_DTYPES)}, got {self.fp8_format!r}")
+        if self.granularity not in GRANULARITIES:
+            raise RecipeError(f"recipe {self.name!r}: granularity must be one of {GRANULARITIES}, got {self.granularity!r}")
+        if self.scale_format not in SCALE_FORMATS:
+            raise RecipeError(f"recipe {self.name!r}: scale_format must be one of {SCALE_FORMATS}, got {self.scale_format!r}")
+        if (self.granularity == "mxfp8") != (self.scale_format == "e8m0"):
+            raise RecipeError(f"recipe {self.name!r}: e8m0 scales go with mxfp8 granularity and only with it")
+        if self.amax_epsilon < 0:
+            raise RecipeError(f"recipe {self.name!r}: amax_epsilon must be >= 0, got {self.amax_epsilon}")
+        if self.granularity == "mxfp8":
+            object.__setattr__(self, "block_shape", (1, MX_BLOCK))
+            object.__setattr__(self, "act_block_shape", (1, MX_BLOCK))
+
+    @property
+    def fp8_dtype(self) -> torch.dtype:
+        return FP8_DTYPES[self.fp8_format]
+
+    @property
+    def scale_dtype(self) -> torch.dtype:
+        return E8M0 if self.scale_format == "e8m0" else torch.float32
+
+    @property
+    def pow2(self) -> bool:
+        return self.scale_format in ("pow2", "e8m0")
+
+    def quantize_weight(self, w: torch.Tensor):
+        """The trainer's FP8 forward weight: (codes, scale_inv) in the wire layout."""
+        if self.granularity == "block":
+            return quantize_blockwise(w, self.block_shape, pow2=self.pow2, amax_epsilon=self.amax_epsilon,
+                                      fp8_dtype=self.fp8_dtype)
+        if self.granularity == "mxfp8":
+            return quantize_mxfp8(w, self.fp8_dtype, self.block_shape[1])
+        return quantize_per_tensor(w, amax_epsilon=self.amax_epsilon, pow2=self.pow2, fp8_dtype=self.fp8_dtype)
+
+    def dequantize_weight(self, codes: torch.Tensor, scale_inv: torch.Tensor) -> torch.Tensor:
+        if self.granularity == "block":
+            return dequantize_blockwise(codes, scale_inv, self.block_shape)
+        if self.granularity == "mxfp8":
+            return dequantize_mxfp8(codes, scale_inv, self.block_shape[1])
+        return dequantize_per_tensor(codes, scale_inv)
+
+    def scale_grid(self, shape) -> tuple[int, ...]:
+        """Wire shape of the scale tensor for a weight of `shape` (leading expert dims kept)."""
+        lead = tuple(shape[:-2])
+        if self.granularity == "tensor":
+            return (1,)
+        bn, bk = self.block_shape
+        return lead + (-(-shape[-2] // bn), -(-shape[-1] // bk))
+
+
+RECIPES = {
+    "blockwise-fp32": Recipe("blockwise-fp32", scale_format="fp32"),
+    "blockwise-pow2": Recipe("blockwise-pow2", scale_format="pow2"),
+    "mxfp8": Recipe("mxfp8", granularity="mxfp8", scale_format="e8m0"),
+}
+
+
+def get_recipe(name: str, **overrides) -> Recipe:
+    if name not in RECIPES:
+        raise RecipeError(f"unknown recipe {name!r}; choose one of: {', '.join(RECIPES)}")
+    if not overrides:
+        return RECIPES[name]
+    base = RECIPES[name]
+    fields = {f: getattr(base, f) for f in base.__dataclass_fields__}
+    fields.update(overrides)
+    return Recipe(**fields)

@@ -1,0 +1,130 @@
+"""Name, fusion and shard maps between the trainer (Megatron-Core), the wire (HF checkpoint names) and the
+rollout engine (vLLM parameters, per tensor-parallel rank). Built once per SyncConfig (`config.layout`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..models import ModelSpec
+from .megatron import megatron_pieces
+from .pieces import LayoutError, Piece, assemble, disassemble
+from .vllm import FUSIONS, ROW_PARALLEL, vllm_module, vllm_pieces
+
+SCALE_SUFFIX = "_scale_inv"
+
+
+def scale_name(weight_name: str) -> str:
+    """`x.weight` -> `x.weight_scale_inv`; `experts.w13_weight` -> `experts.w13_weight_scale_inv`."""
+    return weight_name + SCALE_SUFFIX
+
+
+def is_scale_name(name: str) -> bool:
+    return name.endswith(SCALE_SUFFIX)
+
+
+def weight_of_scale(name: str) -> str:
+    return name[: -len(SCALE_SUFFIX)]
+
+
+def rank_name(name: str, rank: int, tp: int) -> str:
+    """Rollout snapshot key: the vLLM name, prefixed `tp{r}:` when the engine is sharded."""
+    return name if tp == 1 else f"tp{rank}:{name}"
+
+
+def split_rank_name(key: str) -> tuple[int, str]:
+    if key.startswith("tp") and ":" in key:
+        r, n = key.split(":", 1)
+        return int(r[2:]), n
+    return 0, key
+
+
+def _scale_pieces(pieces, fp8_src: set[str], block_shape) -> list[Piece]:
+    bn, bk = block_shape
+    return [p.scaled(bn, bk, scale_name(p.src), scale_name(p.dst)) for p in pieces if p.src in fp8_src]
+
+
+@dataclass
+class LayoutMap:
+    spec: ModelSpec
+    fp8_hf: frozenset          # HF weight names carried as FP8
+    block_shape: tuple         # scale block in (rows, cols) of the weight
+    tp: int = 1
+    megatron: list = field(init=False)
+    megatron_shapes: dict = field(init=False)
+    vllm: list = field(init=False)          # per rank: pieces
+    vllm_shapes: list = field(init=False)   # per rank: shapes
+
+    def __post_init__(self):
+        self.megatron, self.megatron_shapes = megatron_pieces(self.spec)
+        built = [vllm_pieces(self.spec, self.tp, r) for r in range(self.tp)]
+        self.vllm = [b[0] for b in built]
+        self.vllm_shapes = [b[1] for b in built]
+        self.hf_shapes = {t.name: t.shape for t in self.spec.tensors()}
+        self.fp8_megatron = frozenset(p.src for p in self.megatron if p.dst in self.fp8_hf)
+        for p in self.megatron:                   # a fused Megatron tensor is FP8 for all its members or none
+            if (p.src in self.fp8_megatron) != (p.dst in self.fp8_hf):
+                raise LayoutError(f"{p.src}: fused members disagree on FP8 vs high precision ({p.dst})")
+        self.fp8_vllm = frozenset(p.dst for p in self.vllm[0] if p.src in self.fp8_hf)
+
+    # -- shapes of scale tensors --------------------------------------------------------------------------
+    def _scale_shapes(self, shapes: dict, fp8: frozenset) -> dict:
+        bn, bk = self.block_shape
+        out = {}
+        for n in fp8:
+            s = shapes[n]
+            out[scale_name(n)] = tuple(s[:-2]) + (-(-s[-2] // bn), -(-s[-1] // bk))
+        return out
+
+    # -- trainer (Megatron) -> wire (HF) -------------------------------------------------------------------
+    def megatron_to_hf(self, tensors: dict[str, torch.Tensor], with_scales: bool = True) -> dict[str, torch.Tensor]:
+        """Codes/scales/high-precision tensors under Megatron names -> HF names (scales moved in blocks)."""
+        pieces = self.megatron
+        shapes = dict(self.hf_shapes)
+        if with_scales:
+            pieces = pieces + _scale_pieces(self.megatron, set(self.fp8_megatron), self.block_shape)
+            shapes.update(self._scale_shapes(self.hf_shapes, self.fp8_hf))
+        return assemble(pieces, tensors, shapes)
+
+    def hf_to_megatron(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return disassemble(self.megatron, tensors, self.megatron_shapes)
+
+    # -- wire (HF) -> rollout (vLLM, per rank) -------------------------------------------------------------
+    def vllm_param_shapes(self, rank: int = 0) -> dict[str, tuple]:
+        shapes = self.vllm_shapes[rank]
+        return {**shapes, **self._scale_shapes(shapes, self.fp8_vllm)}
+
+    def vllm_load_pieces(self, rank: int = 0) -> list[Piece]:
+        """Weight pieces plus scale pieces for one rank (what the engine's weight loaders follow)."""
+        return self.vllm[rank] + _scale_pieces(self.vllm[rank], set(self.fp8_hf), self.block_shape)
+
+    def hf_to_vllm(self, tensors: dict[str, torch.Tensor], rank: int = 0) -> dict[str, torch.Tensor]:
+        return assemble(self.vllm_load_pieces(rank), tensors, self.vllm_param_shapes(rank))
+
+    def vllm_to_hf(self, ranks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """Undo fusion and TP narrowing: every rank's parameters back to HF checkpoint coordinates."""
+        pieces, dests = [], {}
+        for r, params in enumerate(ranks):
+            for p in self.vllm_load_pieces(r):
+                key = rank_name(p.dst, r, self.tp)
+                pieces.append(Piece(p.src, key, p.src_row, p.dst_row, p.rows, p.src_col, p.cols, p.dst_index))
+            for n, t in params.items():
+                dests[rank_name(n, r, self.tp)] = t
+        shapes = {**self.hf_shapes, **self._scale_shapes(self.hf_shapes, self.fp8_hf)}
+        return disassemble(pieces, dests, shapes)
+
+    def vllm_sources(self, name: str, rank: int = 0) -> list[Piece]:
+        """Which HF tensors (and rows) make up one vLLM parameter (for findings' evidence)."""
+        return [p for p in self.vllm_load_pieces(rank) if p.dst == name]
+
+    def to_json(self) -> dict:
+        """The layout map as data, for manifest.json."""
+        return {"tp": self.tp, "block_shape": list(self.block_shape),
+                "megatron_to_hf": [[p.src, p.dst, p.src_row, p.dst_row, p.rows] for p in self.megatron],
+                "hf_to_vllm": [[[p.src, p.dst, p.src_row, p.dst_row, p.rows, p.src_col, p.cols, p.dst_index,
+                                 p.shard_id if not isinstance(p.shard_id, tuple) else list(p.shard_id)]
+                                for p in rank] for rank in self.vllm]}
+
+
+__all__ = ["FUSIONS", "ROW_PARALLEL", "LayoutError", "LayoutMap", "Piece", "assemble", "disassemble",
+           "is_scale_name", "rank_name", "scale_name", "split_rank_name", "vllm_module", "weight_of_scale"]

@@ -1,0 +1,91 @@
+"""A layout map as data: pieces that say which rows (and columns) of a source tensor land where in a
+destination tensor. The same pieces move codes and (in block units) their scales, so a fused FP8 tensor
+and its `weight_scale_inv` are rearranged by one rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+class LayoutError(ValueError):
+    """A layout cannot be applied: misaligned split, missing tensor, shape mismatch."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    src: str                 # source tensor name
+    dst: str                 # destination tensor name
+    src_row: int
+    dst_row: int
+    rows: int
+    src_col: int = 0
+    cols: int | None = None  # None: every column
+    dst_index: int | None = None   # slot in a stacked [E, ...] destination (experts)
+    shard_id: object = None        # vLLM shard id ("q", "k", "v", 0, 1) for the loader
+
+    def scaled(self, bn: int, bk: int, src_name: str, dst_name: str) -> "Piece":
+        """The same piece in block units (for the scale grid), or LayoutError when a split is not aligned."""
+        for what, v, b in (("row offset", self.src_row, bn), ("row offset", self.dst_row, bn),
+                           ("row count", self.rows, bn), ("column offset", self.src_col, bk)):
+            if v % b:
+                raise LayoutError(f"{self.src} -> {self.dst}: {what} {v} is not a multiple of the block size {b}; "
+                                  f"FP8 codes and block scales cannot be split here (pick dims divisible by {b})")
+        cols = None
+        if self.cols is not None:
+            if self.cols % bk:
+                raise LayoutError(f"{self.src} -> {self.dst}: column count {self.cols} is not a multiple of {bk}")
+            cols = self.cols // bk
+        return Piece(src_name, dst_name, self.src_row // bn, self.dst_row // bn, self.rows // bn,
+                     self.src_col // bk, cols, self.dst_index, self.shard_id)
+
+
+def _src_view(t: torch.Tensor, p: Piece) -> torch.Tensor:
+    v = t[p.src_row:p.src_row + p.rows]
+    if p.cols is not None:
+        v = v[:, p.src_col:p.src_col + p.cols]
+    return v
+
+
+def _dst_view(t: torch.Tensor, p: Piece) -> torch.Tensor:
+    if p.dst_index is not None:
+        t = t[p.dst_index]
+    return t[p.dst_row:p.dst_row + p.rows]
+
+
+def assemble(pieces, sources: dict[str, torch.Tensor], dst_shapes: dict[str, tuple], dtype=None,
+             fill=None) -> dict[str, torch.Tensor]:
+    """Build every destination tensor from its pieces. `fill` (a scalar) marks rows no piece wrote."""
+    out: dict[str, torch.Tensor] = {}
+    for p in pieces:
+        if p.src not in sources:
+            raise LayoutError(f"tensor {p.src!r} is missing (needed for {p.dst!r})")
+        src = sources[p.src]
+        if p.dst not in out:
+            dt = dtype or src.dtype
+            out[p.dst] = torch.zeros(dst_shapes[p.dst], dtype=dt) if fill is None else \
+                torch.full(dst_shapes[p.dst], fill, dtype=dt)
+        v = _src_view(src, p)
+        d = _dst_view(out[p.dst], p)
+        if d.shape != v.shape:
+            raise LayoutError(f"{p.src} rows {p.src_row}:{p.src_row + p.rows} -> {p.dst}: shape {tuple(v.shape)} "
+                              f"does not fit destination slice {tuple(d.shape)}")
+        d.copy_(v)
+    return out
+
+
+def disassemble(pieces, dests: dict[str, torch.Tensor], src_shapes: dict[str, tuple]) -> dict[str, torch.Tensor]:
+    """Inverse of `assemble`: recover every source tensor from the destinations (checkpoint coordinates)."""
+    out: dict[str, torch.Tensor] = {}
+    for p in pieces:
+        if p.dst not in dests:
+            raise LayoutError(f"tensor {p.dst!r} is missing (holds {p.src!r})")
+        d = _dst_view(dests[p.dst], p)
+        if p.src not in out:
+            out[p.src] = torch.zeros(src_shapes[p.src], dtype=d.dtype)
+        v = _src_view(out[p.src], p)
+        if d.shape != v.shape:
+            raise LayoutError(f"{p.dst} -> {p.src}: shape {tuple(d.shape)} does not fit {tuple(v.shape)}")
+        v.copy_(d)
+    return out
