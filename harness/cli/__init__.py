@@ -1,0 +1,162 @@
+"""`fp8check` command line (also `python -m harness`). The CLI package (with its reporters) sits on top of
+everything: it is the only place that imports harness, invariants, faults and e2e together. Exit codes: 0 all checks hold, 1 a check failed,
+2 bad input (one line on stderr naming the file / key / tensor and what to do; never a traceback)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import yaml
+
+from ..config import ConfigError, SyncConfig
+from ..formats import RECIPES, RecipeError
+from ..layouts import LayoutError
+from ..models import MODELS, ModelError
+from ..snapshot import SnapshotError
+
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class UsageError(ValueError):
+    """Bad command-line input."""
+
+
+BAD_INPUT = (ConfigError, SnapshotError, ModelError, RecipeError, LayoutError, UsageError)
+
+
+# -- config from the command line ---------------------------------------------------------------------------------
+def parse_sets(items: list[str] | None, flag: str = "--set") -> dict:
+    out = {}
+    for it in items or []:
+        if "=" not in it:
+            raise UsageError(f"{flag} {it!r}: expected KEY=VALUE")
+        k, v = it.split("=", 1)
+        try:
+            out[k.strip()] = yaml.safe_load(v) if v != "" else ""
+        except yaml.YAMLError:
+            out[k.strip()] = v
+    return out
+
+
+def load_yaml(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(e, 'problem', None) or e.__class__.__name__})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def build_config(args) -> SyncConfig:
+    data: dict = {}
+    source = "command line"
+    if getattr(args, "config", None):
+        data = load_yaml(args.config)
+        source = args.config
+    for k in ("model", "recipe", "seed"):
+        v = getattr(args, k, None)
+        if v is not None:
+            data[k] = v
+    if getattr(args, "sync", None):
+        data["sync_mode"] = args.sync
+    data.update(parse_sets(getattr(args, "set", None)))
+    return SyncConfig.from_dict(data, source)
+
+
+# -- commands -------------------------------------------------------------------------------------------------------
+def cmd_catalog(args) -> int:
+    from .catalog import catalog_rows
+    rows = catalog_rows()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    from rich.table import Table
+    from .report import console
+    t = Table(title="fp8check invariant catalog")
+    for c in ("id", "family", "title", "condition", "faults that trip it"):
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(r["id"], r["family"], r["title"], r["condition"], ", ".join(r["faults"]))
+    console().print(t)
+    return EXIT_OK
+
+
+def cmd_snapshot(args) -> int:
+    if args.engine != "cpu":
+        raise UsageError(f"--engine {args.engine}: only the cpu reference writes snapshots here; live engines "
+                         f"are checked with `fp8check live`")
+    config = build_config(args)
+    from .snapshot import write_reference_snapshot
+    summary = write_reference_snapshot(config, args.out, steps=args.steps)
+    print(summary)
+    return EXIT_OK
+
+
+def cmd_verify(args) -> int:
+    from .snapshot import verify_dir
+    return verify_dir(args.dir, as_json=args.json, junit=args.junit, allow_unknown=args.allow_unknown)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fp8check", description="Correctness harness for FP8 RL weight sync.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("catalog", help="list every invariant: id, family, condition, faults that trip it")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(fn=cmd_catalog)
+
+    def cfg_args(sp, model_default=None):
+        sp.add_argument("--config", help="SyncConfig YAML (nested or dotted keys)")
+        sp.add_argument("--model", choices=sorted(MODELS), default=model_default)
+        sp.add_argument("--recipe", choices=sorted(RECIPES))
+        sp.add_argument("--seed", type=int)
+        sp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+
+    s = sub.add_parser("snapshot", help="run one reference sync and write a snapshot directory")
+    s.add_argument("--engine", default="cpu", choices=["cpu", "vllm"])
+    cfg_args(s, model_default="tiny-dense")
+    s.add_argument("--sync", choices=["onpolicy", "naive"])
+    s.add_argument("--steps", type=int, default=1, help="optimizer steps before the sync under test")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_snapshot)
+
+    v = sub.add_parser("verify", help="run the catalog on a snapshot directory")
+    v.add_argument("dir")
+    v.add_argument("--json", action="store_true")
+    v.add_argument("--junit", metavar="FILE")
+    v.add_argument("--allow-unknown", action="store_true", help="exit 0 when checks are only unknown")
+    v.set_defaults(fn=cmd_verify)
+
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except BAD_INPUT as e:
+        print(f"fp8check {args.cmd}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 - one line, never a traceback, unless asked for
+        if os.environ.get("FP8CHECK_DEBUG"):
+            raise
+        print(f"fp8check {args.cmd}: internal error: {e.__class__.__name__}: {e} (set FP8CHECK_DEBUG=1 for a "
+              f"traceback and report it)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

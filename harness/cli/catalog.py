@@ -1,0 +1,15 @@
+"""`fp8check catalog`: the invariants and, from the fault registry, which faults trip each one."""
+from __future__ import annotations
+
+
+def catalog_rows() -> list[dict]:
+    from invariants import REGISTRY
+    try:
+        from faults import FAULTS
+    except ImportError:          # the catalog stands on its own
+        FAULTS = {}
+    rows = []
+    for inv in REGISTRY.values():
+        rows.append({"id": inv.id, "family": inv.family, "title": inv.title, "condition": inv.condition,
+                     "live": inv.live, "faults": sorted(f.name for f in FAULTS.values() if inv.id in f.trips)})
+    return rows

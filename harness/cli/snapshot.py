@@ -1,0 +1,84 @@
+"""`fp8check snapshot` and `fp8check verify`."""
+from __future__ import annotations
+
+import os
+
+from ..config import ConfigError, SyncConfig
+from ..snapshot import FILES, MANIFEST, SnapshotError, read_snapshot_dir, write_snapshot_dir
+from ..snapshot.model import Snapshot
+from ..sync.payload import tensor_digest
+from ..sync.session import reference_sync
+from .report import console, findings_json, findings_table, junit_xml
+
+
+def write_reference_snapshot(config: SyncConfig, out: str, steps: int = 1) -> str:
+    result, trainer, rollout = reference_sync(config, steps=steps)
+    master = Snapshot("master", trainer.master_hf())
+    manifest = {
+        "model": config.model, "recipe": config.recipe.name, "sync": config.sync_mode, "step": result.version,
+        "seed": config.seed, "config": config.to_dict(),
+        "exclusion": {"high_precision": sorted(config.high_precision), "fp8": sorted(config.fp8_tensors),
+                      "ignored_layers": list(config.ignored_layers)},
+        "layout": config.layout.to_json(),
+        "payload": result.payload.meta, "trainer": result.trainer.meta, "rollout": result.rollout.meta,
+        "digests": {role: {n: tensor_digest(t) for n, t in s.tensors.items()}
+                    for role, s in (("master", master), ("trainer", result.trainer), ("payload", result.payload),
+                                    ("rollout", result.rollout))},
+    }
+    write_snapshot_dir(out, manifest, master=master, trainer=result.trainer, payload=result.payload,
+                       rollout=result.rollout)
+    n = {role: len(s.tensors) for role, s in (("trainer", result.trainer), ("payload", result.payload),
+                                              ("rollout", result.rollout))}
+    return (f"wrote {out}/: {', '.join(FILES.values())}, {MANIFEST}  ({config.model}, {config.recipe.name}, "
+            f"{config.sync_mode} sync, step {result.version}; trainer {n['trainer']} tensors, payload {n['payload']} "
+            f"records, rollout {n['rollout']} parameters)")
+
+
+def context_from_dir(path: str):
+    from invariants import CheckContext
+    snap = read_snapshot_dir(path)
+    try:
+        config = SyncConfig.from_dict(snap.manifest["config"], f"{os.path.join(path, MANIFEST)}: config")
+    except ConfigError as e:
+        raise SnapshotError(str(e)) from None
+    # tensors edited after capture: reported beside the findings (the invariants judge the content)
+    tampered = []
+    for role, digests in (snap.manifest.get("digests") or {}).items():
+        s = getattr(snap, role, None)
+        for n in s.names() if s is not None else []:
+            if n in digests and tensor_digest(s[n]) != digests[n]:
+                tampered.append(f"{role}:{n}")
+    ctx = CheckContext(config, payload=snap.payload, trainer=snap.trainer, rollout=snap.rollout, master=snap.master)
+    return ctx, tampered
+
+
+def verify_dir(path: str, as_json: bool = False, junit: str | None = None, allow_unknown: bool = False) -> int:
+    from invariants import overall, run_catalog
+    ctx, tampered = context_from_dir(path)
+    findings = run_catalog(ctx)
+    verdict = overall(findings)
+    if as_json:
+        print(findings_json(findings, snapshot=path, changed_since_capture=tampered))
+    else:
+        c = console()
+        c.print(findings_table([f for f in findings if f.verdict != "pass"] or findings,
+                               title=f"fp8check verify {path}"))
+        if tampered:
+            c.print(f"[yellow]note:[/] {len(tampered)} tensor(s) changed since capture "
+                    f"(manifest digests): {', '.join(tampered[:5])}{' ...' if len(tampered) > 5 else ''}")
+        ids = {}
+        for f in findings:
+            ids.setdefault(f.invariant_id, []).append(f.verdict)
+        line = "  ".join(f"{i}:{'FAIL' if 'fail' in v else ('unknown' if 'unknown' in v else 'ok')}"
+                         for i, v in ids.items())
+        c.print(f"{verdict.upper()}  {line}")
+    if junit:
+        cases = [("verify", f"{f.invariant_id} {f.tensor or ''}".strip(), f.verdict, f.message) for f in findings]
+        with open(junit, "w") as fh:
+            fh.write(junit_xml(f"fp8check verify {path}", cases))
+    if verdict == "fail" or (verdict == "unknown" and not allow_unknown):
+        return 1
+    return 0
+
+
+__all__ = ["context_from_dir", "verify_dir", "write_reference_snapshot"]

@@ -1,0 +1,182 @@
+"""Reference forward pass of the tiny models on CPU, in fp32, with each engine's FP8 GEMM emulated:
+weight codes * scale_inv, and activations fake-quantized the way that engine's kernels quantize them
+(Transformer Engine: 1x128 blocks with the TE scale rule; vLLM: per-token groups of 128 with
+scale = max(amax, 1e-10) / 448, UE8M0-rounded when DeepGEMM's E8M0 path is on; MXFP8: 1x32 E8M0).
+
+The point is not bit-exactness with a GPU GEMM (accumulation order differs) but a forward whose only FP8
+inputs are the bytes each engine holds, so policy probes see exactly the weight mismatch a sync causes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ...formats import Recipe, dequantize_mxfp8, quantize_blockwise, quantize_mxfp8
+from ...formats.blockwise import dequantize_blockwise
+from ...formats.cast import cast_to_fp8
+from ...models import ModelSpec
+
+ActQuant = Callable[[torch.Tensor], torch.Tensor]
+
+
+def te_act_quant(recipe: Recipe) -> ActQuant:
+    """Transformer Engine: activations in 1x128 blocks, same amax -> scale rule as the weights."""
+    if recipe.granularity == "mxfp8":
+        return lambda x: dequantize_mxfp8(*quantize_mxfp8(x, recipe.fp8_dtype))
+    return lambda x: dequantize_blockwise(*quantize_blockwise(x, (1, recipe.act_block_shape[1]), pow2=recipe.pow2,
+                                                               amax_epsilon=recipe.amax_epsilon,
+                                                               fp8_dtype=recipe.fp8_dtype), (1, recipe.act_block_shape[1]))
+
+
+def vllm_act_quant(recipe: Recipe, ue8m0: bool = False) -> ActQuant:
+    """vLLM `per_token_group_quant_fp8` (group 128): s = max(amax, 1e-10) / 448, q = clamp(x / s)."""
+    if recipe.granularity == "mxfp8":
+        return lambda x: dequantize_mxfp8(*quantize_mxfp8(x, recipe.fp8_dtype))
+    g = recipe.act_block_shape[1]
+
+    def q(x: torch.Tensor) -> torch.Tensor:
+        n, k = x.shape
+        xp = F.pad(x, (0, (-k) % g)).reshape(n, -1, g)
+        amax = xp.abs().amax(-1, keepdim=True).clamp(min=1e-10)
+        s = amax / 448.0
+        if ue8m0:
+            s = torch.exp2(torch.ceil(torch.log2(s)))
+        codes = cast_to_fp8(xp / s, recipe.fp8_dtype)
+        return (codes.float() * s).reshape(n, -1)[:, :k]
+    return q
+
+
+@dataclass
+class Weights:
+    """HF-named weights for the forward: fp32 tensors, FP8 ones already dequantized (codes * scale_inv)."""
+    tensors: dict[str, torch.Tensor]
+    fp8: frozenset                      # names whose GEMM runs in FP8 (activations get fake-quantized)
+    act_quant: ActQuant | None
+
+    def linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        w = self.tensors[name + ".weight"]
+        shp = x.shape
+        x2 = x.reshape(-1, shp[-1])
+        if name + ".weight" in self.fp8 and self.act_quant is not None:
+            x2 = self.act_quant(x2)
+        return (x2 @ w.t()).reshape(*shp[:-1], w.shape[0])
+
+
+def dequantize_state(recipe: Recipe, state: dict[str, torch.Tensor], fp8_names) -> dict[str, torch.Tensor]:
+    """codes/scale_inv pairs -> fp32 weights; other tensors -> fp32."""
+    out = {}
+    for n, t in state.items():
+        if n.endswith("_scale_inv"):
+            continue
+        if n in fp8_names:
+            out[n] = recipe.dequantize_weight(t, state[n + "_scale_inv"])
+        else:
+            out[n] = t.float()
+    return out
+
+
+def _rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _rope(x, theta):                       # x [T, h, D], neox style (rotate halves)
+    T, _, D = x.shape
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+    ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None]
+    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def _attention(spec: ModelSpec, W: Weights, x, p):
+    T, D, nh, nkv = x.shape[0], spec.head_dim, spec.num_heads, spec.num_kv_heads
+    q = W.linear(x, p + "self_attn.q_proj")
+    gate = None
+    if spec.attn_output_gate:
+        q, gate = q.view(T, nh, 2 * D).chunk(2, -1)
+        gate = gate.reshape(T, nh * D)
+    q = q.reshape(T, nh, D)
+    k = W.linear(x, p + "self_attn.k_proj").view(T, nkv, D)
+    v = W.linear(x, p + "self_attn.v_proj").view(T, nkv, D)
+    if spec.qk_norm:
+        q = _rms(q, W.tensors[p + "self_attn.q_norm.weight"], spec.rms_norm_eps)
+        k = _rms(k, W.tensors[p + "self_attn.k_norm.weight"], spec.rms_norm_eps)
+    q, k = _rope(q, spec.rope_theta), _rope(k, spec.rope_theta)
+    rep = nh // nkv
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    att = torch.einsum("thd,shd->hts", q, k) / D ** 0.5
+    att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+    o = torch.einsum("hts,shd->thd", att, v).reshape(T, nh * D)
+    if gate is not None:
+        o = o * torch.sigmoid(gate)
+    return W.linear(o, p + "self_attn.o_proj")
+
+
+def _gated_delta_net(spec: ModelSpec, W: Weights, x, p):
+    """Gated delta rule (Qwen3-Next / Qwen3.5 linear attention), recurrent form, one sequence."""
+    la = p + "linear_attn."
+    T, Dh = x.shape[0], spec.linear_head_dim
+    nk, nv, kd = spec.linear_num_k_heads, spec.linear_num_v_heads, spec.linear_key_dim
+    qkv = W.linear(x, la + "in_proj_qkv")                       # [T, 2kd + vd]
+    conv = W.tensors[la + "conv1d.weight"]                     # [C, 1, K] depthwise, causal
+    kern = conv.shape[-1]
+    qkv = F.silu(F.conv1d(F.pad(qkv.t()[None], (kern - 1, 0)), conv, groups=conv.shape[0])[0].t())
+    q, k, v = qkv[:, :kd].view(T, nk, Dh), qkv[:, kd:2 * kd].view(T, nk, Dh), qkv[:, 2 * kd:].view(T, nv, Dh)
+    z = W.linear(x, la + "in_proj_z").view(T, nv, Dh)
+    beta = torch.sigmoid(W.linear(x, la + "in_proj_b"))       # [T, nv]
+    g = -W.tensors[la + "A_log"].exp() * F.softplus(W.linear(x, la + "in_proj_a") + W.tensors[la + "dt_bias"])
+    q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    q, k = q.repeat_interleave(nv // nk, 1) * Dh ** -0.5, k.repeat_interleave(nv // nk, 1)
+    S = torch.zeros(nv, Dh, Dh)
+    outs = []
+    for t in range(T):
+        S = S * g[t].exp()[:, None, None]
+        kv = torch.einsum("hkv,hk->hv", S, k[t])
+        S = S + torch.einsum("hk,hv->hkv", k[t], (v[t] - kv) * beta[t][:, None])
+        outs.append(torch.einsum("hkv,hk->hv", S, q[t]))
+    o = torch.stack(outs)                                      # [T, nv, Dh]
+    o = _rms(o, W.tensors[la + "norm.weight"], spec.rms_norm_eps) * F.silu(z)
+    return W.linear(o.reshape(T, nv * Dh), la + "out_proj")
+
+
+def _swiglu(W: Weights, x, p):
+    return W.linear(F.silu(W.linear(x, p + "gate_proj")) * W.linear(x, p + "up_proj"), p + "down_proj")
+
+
+def _moe(spec: ModelSpec, W: Weights, x, p):
+    logits = W.linear(x, p + "mlp.gate")                       # router, high precision
+    probs = logits.softmax(-1)
+    topv, topi = probs.topk(spec.top_k, -1)
+    topv = topv / topv.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(spec.num_experts):
+        rows, slot = (topi == e).nonzero(as_tuple=True)
+        if rows.numel():
+            out[rows] += topv[rows, slot, None] * _swiglu(W, x[rows], p + f"mlp.experts.{e}.")
+    if spec.shared_expert_intermediate_size:
+        sg = torch.sigmoid(W.linear(x, p + "mlp.shared_expert_gate"))
+        out = out + sg * _swiglu(W, x, p + "mlp.shared_expert.")
+    return out
+
+
+def logits(spec: ModelSpec, W: Weights, tokens: list[int]) -> torch.Tensor:
+    """[T, vocab] fp32 logits for one sequence."""
+    x = W.tensors["model.embed_tokens.weight"][torch.tensor(tokens)]
+    for i, lt in enumerate(spec.layer_types):
+        p = f"model.layers.{i}."
+        h = _rms(x, W.tensors[p + "input_layernorm.weight"], spec.rms_norm_eps)
+        x = x + (_attention(spec, W, h, p) if lt == "full_attention" else _gated_delta_net(spec, W, h, p))
+        h = _rms(x, W.tensors[p + "post_attention_layernorm.weight"], spec.rms_norm_eps)
+        x = x + (_moe(spec, W, h, p) if spec.is_moe else _swiglu(W, h, p + "mlp."))
+    x = _rms(x, W.tensors["model.norm.weight"], spec.rms_norm_eps)
+    return x @ W.tensors["lm_head.weight"].t()
+
+
+def token_logprobs(spec: ModelSpec, W: Weights, tokens: list[int]) -> torch.Tensor:
+    """log p(tokens[t+1] | tokens[:t+1]) for t in 0..T-2 (teacher forcing)."""
+    with torch.no_grad():
+        lp = logits(spec, W, tokens).log_softmax(-1)
+    return lp[:-1].gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]

@@ -1,0 +1,384 @@
+"""CPU reference rollout engine: a mirror of vLLM 0.26's FP8 loading semantics (read from its source and
+measured on the H200, shared/gpu/README.md):
+
+* built from a quantization config with exact-name `ignored_layers` (`is_layer_skipped`: a fused layer is
+  skipped iff its fused name or all its shards are listed; some-but-not-all raises);
+* starts from dummy weights (U(-1e-3, 1e-3), FP8 drawn in fp16 and cast), post-processed once;
+* installs through the layerwise reload (`model_runner.reload_weights(..., is_checkpoint_format=True)`): per
+  module, checkpoint-format buffers are allocated fresh (uninitialised), weight loaders write shards at their
+  stacked-parameter offsets (`param.data.copy_`, which casts dtypes silently), the module's post-load step
+  runs once its element count is complete, and the result is copied into the original storage (so captured
+  CUDA graphs read the new weights). Loads arriving after a module completed are dropped; a module nobody
+  wrote keeps its old tensors; a partially written one is post-processed with uninitialised rows;
+* post-load on Hopper: identity for CUTLASS and DeepGEMM-FP32; with DeepGEMM + `VLLM_USE_DEEP_GEMM_E8M0=1`
+  every eligible block-FP8 linear (N % 64 == 0, K % 128 == 0) is dequantized and requantized with UE8M0
+  scales (`requant_weight_ue8m0_inplace`); MoE experts only when the MoE backend is DeepGEMM (the default on
+  sm90 is Triton, which keeps weights as loaded).
+
+Generation reads the tensors captured at start-up (what a CUDA graph holds), not whatever object is
+currently bound to the parameter name.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import torch
+
+from ...config import SyncConfig, matches_any
+from ...formats import quantize_mxfp8
+from ...formats.blockwise import dequantize_blockwise, _pad_blocks
+from ...formats.cast import cast_to_fp8
+from ...layouts import Piece, disassemble, is_scale_name, rank_name, scale_name, weight_of_scale
+from ...models import LINEAR
+from .forward import Weights, token_logprobs, vllm_act_quant
+
+SENTINEL = 0xFF           # poison / uninitialised byte: NaN in e4m3fn, bf16 and fp32 alike
+
+
+class EngineError(RuntimeError):
+    """The engine refused an operation (vLLM raises here too)."""
+
+
+# -- vLLM's own quantization arithmetic -------------------------------------------------------------------------
+def vllm_requant_ue8m0(codes: torch.Tensor, scale_inv: torch.Tensor, block=(128, 128)):
+    """vLLM 0.26 `requant_weight_ue8m0_inplace` + `per_block_cast_to_fp8(use_ue8m0=True)`
+    (model_executor/layers/quantization/utils/fp8_utils.py, utils/deep_gemm.py), op for op."""
+    if codes.dim() > 2:
+        parts = [vllm_requant_ue8m0(c, s, block) for c, s in zip(codes, scale_inv)]
+        return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+    n, k = codes.shape
+    w = dequantize_blockwise(codes, scale_inv, block)
+    xv = _pad_blocks(w, block)
+    amax = xv.abs().float().amax(dim=(1, 3), keepdim=True).clamp(1e-4)
+    sf = amax / 448.0
+    sf = torch.pow(2.0, torch.ceil(torch.log2(sf.abs())))
+    q = (xv * (1.0 / sf)).to(codes.dtype)
+    q = q.reshape(xv.shape[0] * xv.shape[1], xv.shape[2] * xv.shape[3])[:n, :k].contiguous()
+    return q, sf.reshape(xv.shape[0], xv.shape[2]).contiguous()
+
+
+def vllm_online_quant(w: torch.Tensor, recipe):
+    """The engine quantizing a BF16 weight on its own (naive sync; verl's in-worker quantizer and SkyRL's
+    sender use this formula): s = max(amax, 1e-10) / 448, q = e4m3(x / s). MXFP8 uses the OCP rule."""
+    if recipe.granularity == "mxfp8":
+        return quantize_mxfp8(w, recipe.fp8_dtype)
+    if w.dim() > 2:
+        parts = [vllm_online_quant(x, recipe) for x in w]
+        return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+    n, k = w.shape
+    xv = _pad_blocks(w.float(), recipe.block_shape)
+    s = xv.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-10) / 448.0
+    q = cast_to_fp8(xv / s, recipe.fp8_dtype)
+    return (q.reshape(xv.shape[0] * xv.shape[1], -1)[:n, :k].contiguous(),
+            s.reshape(xv.shape[0], xv.shape[2]).contiguous())
+
+
+def is_sentinel(t: torch.Tensor) -> torch.Tensor:
+    """Elementwise: every byte of the element is the poison byte."""
+    b = t.detach().contiguous().view(torch.uint8).reshape(*t.shape, t.element_size()) if t.dim() else \
+        t.detach().reshape(1).view(torch.uint8)
+    return (b == SENTINEL).all(-1)
+
+
+@dataclass
+class UpdateRecord:
+    version: int | None
+    post_process: Counter = field(default_factory=Counter)     # module -> runs in this update
+    loaded_elems: Counter = field(default_factory=Counter)     # module -> elements written
+    completed: list = field(default_factory=list)
+    untouched: list = field(default_factory=list)
+    partial: list = field(default_factory=list)
+    dropped_loads: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"version": self.version, "post_process": dict(self.post_process), "completed": self.completed,
+                "untouched": self.untouched, "partial": self.partial, "dropped_loads": self.dropped_loads,
+                "errors": self.errors}
+
+
+class ReferenceRollout:
+    engine = "cpu-reference-vllm"
+
+    def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234):
+        self.config = config
+        self.layout = config.layout
+        self.recipe = config.recipe
+        self.tp = config.rollout.tp_size
+        self.ignored_layers = tuple(config.ignored_layers if ignored_layers is None else ignored_layers)
+        self.online_quant = config.sync_mode == "naive"     # BF16 checkpoint, quantized by the engine
+        self.fp8_modules = self._quantized_modules()
+        # fault hooks (faults.postload / faults.version set these; a clean engine never does)
+        self.post_process_repeats = 1
+        self.detach_on_install = False
+        self.allow_generate_during_update = False
+        self.on_load = None                                  # callback(name) during an update
+        self.params: list[dict[str, torch.Tensor]] = [self._create(r) for r in range(self.tp)]
+        self._graph = [dict(p) for p in self.params]         # what captured CUDA graphs hold
+        self.ptrs_at_start = self._ptrs()
+        self.versions: list[dict[str, set]] = [defaultdict(set) for _ in range(self.tp)]
+        self.updates: list[UpdateRecord] = []
+        self.generations: list[dict] = []
+        self._updating = False
+        self._init_dummy(seed)
+        self._post_process_all()
+
+    # -- construction --------------------------------------------------------------------------------------------
+    def _module_members(self) -> dict[str, list[str]]:
+        """vLLM module -> HF member modules (from the layout, rank 0)."""
+        out: dict[str, list[str]] = defaultdict(list)
+        for p in self.layout.vllm[0]:
+            mod = p.dst.rsplit(".", 1)[0] if not p.dst.endswith("_weight") else p.dst.rsplit("_", 1)[0]
+            out[mod].append(p.src.rsplit(".", 1)[0])
+        return out
+
+    def _quantized_modules(self) -> frozenset[str]:
+        """The engine's own view of which vLLM modules are FP8 (vLLM `is_layer_skipped`, exact names)."""
+        kinds = {t.module: t.kind for t in self.config.spec.tensors()}
+        ignored = set(self.ignored_layers)
+        fp8 = set()
+        for mod, members in self._module_members().items():
+            members = list(dict.fromkeys(members))
+            if any(kinds.get(m) != LINEAR for m in members):
+                continue
+            if mod.endswith((".w13", ".w2")):                # routed experts: quantized by the FusedMoE method
+                fp8.add(mod)
+                continue
+            if matches_any(members[0], self.config.spec.engine_high_precision):
+                continue                                     # built with quant_config=None in vLLM
+            listed = [m in ignored for m in members]
+            if mod in ignored or all(listed):
+                continue
+            if any(listed):
+                raise EngineError(f"Detected some but not all shards of {mod} are quantized. All shards of fused "
+                                  f"layers to have the same precision (ignored_layers lists "
+                                  f"{[m for m, x in zip(members, listed) if x]})")
+            fp8.add(mod)
+        return frozenset(fp8)
+
+    def param_module(self, name: str) -> str:
+        if is_scale_name(name):
+            name = weight_of_scale(name)
+        return name.rsplit("_", 1)[0] if name.endswith(("w13_weight", "w2_weight")) else name.rsplit(".", 1)[0]
+
+    def is_fp8_param(self, name: str) -> bool:
+        return not is_scale_name(name) and self.param_module(name) in self.fp8_modules
+
+    def _create(self, rank: int) -> dict[str, torch.Tensor]:
+        shapes = self.layout.vllm_shapes[rank]
+        out = {}
+        for n, shp in shapes.items():
+            if self.param_module(n) in self.fp8_modules:
+                out[n] = torch.empty(shp, dtype=self.recipe.fp8_dtype)
+                out[scale_name(n)] = torch.full(self.recipe.scale_grid(shp), torch.finfo(torch.float32).min,
+                                                dtype=torch.float32).to(self.recipe.scale_dtype)
+            else:
+                out[n] = torch.empty(shp, dtype=torch.bfloat16)
+        return out
+
+    def _init_dummy(self, seed: int):
+        """vLLM `initialize_dummy_weights`: per tensor, reseeded U(-1e-3, 1e-3); FP8 via fp16; e8m0 left as is."""
+        for params in self.params:
+            for n, t in params.items():
+                if t.dtype == torch.float8_e8m0fnu:
+                    t.view(torch.uint8).fill_(127)
+                    continue
+                g = torch.Generator().manual_seed(seed)
+                dt = torch.float16 if torch.finfo(t.dtype).bits < 16 else t.dtype
+                t.copy_(torch.empty(t.shape, dtype=dt).uniform_(-1e-3, 1e-3, generator=g).to(t.dtype))
+
+    def _ptrs(self) -> dict[str, int]:
+        return {rank_name(n, r, self.tp): t.data_ptr() for r, ps in enumerate(self.params) for n, t in ps.items()}
+
+    # -- post-load processing ------------------------------------------------------------------------------------
+    def _deep_gemm_linear(self, shape) -> bool:
+        return self.config.rollout.requant_ue8m0 and shape[-2] % 64 == 0 and shape[-1] % 128 == 0
+
+    def _post_process(self, module: str, staged: dict[str, torch.Tensor], record: UpdateRecord | None):
+        """One module's `process_weights_after_loading`: checkpoint format -> kernel format (in `staged`)."""
+        for _ in range(self.post_process_repeats):
+            if record is not None:
+                record.post_process[module] += 1
+            if module not in self.fp8_modules:
+                continue
+            wname = next(n for n in staged if not is_scale_name(n))
+            if self.online_quant and staged[wname].dtype == torch.bfloat16:
+                q, s = vllm_online_quant(staged[wname], self.recipe)
+                staged[wname], staged[scale_name(wname)] = q, s.to(self.recipe.scale_dtype)
+                continue
+            if self.recipe.granularity != "block":
+                continue
+            expert = module.endswith((".w13", ".w2"))
+            requant = (self.config.rollout.requant_ue8m0 and self.config.rollout.moe_backend == "deep_gemm") \
+                if expert else self._deep_gemm_linear(staged[wname].shape)
+            if requant:
+                staged[wname], staged[scale_name(wname)] = vllm_requant_ue8m0(
+                    staged[wname], staged[scale_name(wname)].float(), self.recipe.block_shape)
+
+    def _post_process_all(self):
+        for r, params in enumerate(self.params):
+            for mod, names in self._modules(r).items():
+                staged = {n: params[n].clone() for n in names}
+                self._post_process(mod, staged, None)
+                for n in names:
+                    params[n].copy_(staged[n])
+
+    def _modules(self, rank: int) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for n in self.params[rank]:
+            out[self.param_module(n)].append(n)
+        return out
+
+    # -- loading -------------------------------------------------------------------------------------------------
+    def _pieces_for(self, name: str, rank: int) -> list[Piece]:
+        if is_scale_name(name):
+            w = weight_of_scale(name)
+            bn, bk = self.recipe.block_shape
+            return [p.scaled(bn, bk, name, scale_name(p.dst)) for p in self.layout.vllm[rank] if p.src == w]
+        return [p for p in self.layout.vllm[rank] if p.src == name]
+
+    def _checkpoint_buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """A fresh checkpoint-format buffer (uninitialised: poison bytes). Online quant loads BF16 weights."""
+        dtype = torch.bfloat16 if (self.online_quant and self.is_fp8_param(name)) else like.dtype
+        t = torch.empty(like.shape, dtype=dtype)
+        t.view(torch.uint8).fill_(SENTINEL)
+        return t
+
+    def reload_weights(self, weights, version: int | None = None):
+        """vLLM's layerwise reload. `weights`: iterable of (name, tensor[, version])."""
+        if self.config.rollout.install == "load_weights":
+            raise EngineError("'Parameter' object has no attribute 'load_row_parallel_weight' (vLLM 0.26: "
+                              "model.load_weights cannot be called again after post-processing; use reload_weights)")
+        rec = UpdateRecord(version)
+        self.updates.append(rec)
+        self._updating = True
+        try:
+            self._reload(weights, rec)
+        finally:
+            self._updating = False
+        return rec
+
+    def _reload(self, weights, rec: UpdateRecord):
+        modules = [self._modules(r) for r in range(self.tp)]
+        staged: list[dict[str, dict[str, torch.Tensor]]] = [defaultdict(dict) for _ in range(self.tp)]
+        # a module is complete once every checkpoint-format element arrived (online quant: no scales arrive)
+        totals = [{m: sum(self.params[r][n].numel() for n in ns if not (self.online_quant and is_scale_name(n)))
+                   for m, ns in modules[r].items()} for r in range(self.tp)]
+        written = [Counter() for _ in range(self.tp)]
+        done = [set() for _ in range(self.tp)]
+        new_versions = [defaultdict(set) for _ in range(self.tp)]
+        for item in weights:
+            name, tensor = item[0], item[1]
+            ver = item[2] if len(item) > 2 else rec.version
+            if self.on_load is not None:
+                self.on_load(self, name)
+            for r in range(self.tp):
+                pieces = self._pieces_for(name, r)
+                if not pieces or any(p.dst not in self.params[r] for p in pieces):
+                    rec.errors.append(f"There is no module or parameter named '{name}' in the model")
+                    raise EngineError(rec.errors[-1])
+                for p in pieces:
+                    mod = self.param_module(p.dst)
+                    if mod in done[r]:
+                        rec.dropped_loads.append(rank_name(name, r, self.tp))
+                        continue
+                    buf = staged[r][mod]
+                    for n in modules[r][mod]:
+                        if n not in buf:
+                            buf[n] = self._checkpoint_buffer(n, self.params[r][n])
+                    dst = buf[p.dst]
+                    view = dst[p.dst_index] if p.dst_index is not None else dst
+                    view = view[p.dst_row:p.dst_row + p.rows]
+                    src = tensor[p.src_row:p.src_row + p.rows]
+                    if p.cols is not None:
+                        src = src[:, p.src_col:p.src_col + p.cols]
+                    if tuple(view.shape) != tuple(src.shape):
+                        rec.errors.append(f"{name}: loaded shape {tuple(src.shape)} does not match parameter "
+                                          f"{p.dst} slice {tuple(view.shape)}")
+                        raise EngineError(rec.errors[-1])
+                    view.copy_(src)                       # param.data.copy_: casts dtypes silently, like vLLM
+                    written[r][mod] += src.numel()
+                    new_versions[r][p.dst].add(ver)
+                    if written[r][mod] >= totals[r][mod]:
+                        self._finish(r, mod, staged[r].pop(mod), rec)
+                        done[r].add(mod)
+        for r in range(self.tp):                          # finalize: partial modules are processed anyway
+            for mod in modules[r]:
+                if mod in done[r]:
+                    rec.completed.append(rank_name(mod, r, self.tp))
+                elif mod in staged[r]:
+                    rec.partial.append(rank_name(mod, r, self.tp))
+                    self._finish(r, mod, staged[r].pop(mod), rec)
+                else:
+                    rec.untouched.append(rank_name(mod, r, self.tp))
+            for n, vs in new_versions[r].items():
+                self.versions[r][n] = set(vs)
+        rec.completed = sorted(rec.completed)
+
+    def _finish(self, rank: int, mod: str, staged: dict[str, torch.Tensor], rec: UpdateRecord):
+        self._post_process(mod, staged, rec)
+        for n, t in staged.items():
+            if self.detach_on_install:                   # a write into a fresh tensor, not the captured storage
+                self.params[rank][n] = t.to(self.params[rank][n].dtype).clone()
+            else:
+                self.params[rank][n].copy_(t)
+
+    def poison(self):
+        """Test mode before a sync: every destination byte set to the sentinel (S1 proves none survives)."""
+        for params in self.params:
+            for t in params.values():
+                t.view(torch.uint8).fill_(SENTINEL)
+
+    # -- serving ---------------------------------------------------------------------------------------------------
+    def hf_weights(self, tensors: list[dict[str, torch.Tensor]] | None = None) -> Weights:
+        """The engine's kernel tensors dequantized and mapped back to HF names, for the forward."""
+        tensors = tensors or self._graph
+        deq = []
+        for r, params in enumerate(tensors):
+            d = {}
+            for n, t in params.items():
+                if is_scale_name(n):
+                    continue
+                d[n] = self.recipe.dequantize_weight(t, params[scale_name(n)]) if self.is_fp8_param(n) else t.float()
+            deq.append(d)
+        pieces, dests = [], {}
+        for r in range(self.tp):
+            for p in self.layout.vllm[r]:
+                pieces.append(Piece(p.src, rank_name(p.dst, r, self.tp), p.src_row, p.dst_row, p.rows, p.src_col,
+                                    p.cols, p.dst_index))
+            dests.update({rank_name(n, r, self.tp): t for n, t in deq[r].items()})
+        hf = disassemble(pieces, dests, self.layout.hf_shapes)
+        fp8 = frozenset(p.src for p in self.layout.vllm[0] if self.param_module(p.dst) in self.fp8_modules)
+        return Weights(hf, fp8, vllm_act_quant(self.recipe, ue8m0=self.config.rollout.requant_ue8m0))
+
+    def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
+        """Teacher-forced log-probs of the prompts' tokens, as the sampler scores them."""
+        if self._updating and not self.allow_generate_during_update:
+            raise EngineError("generation requested while a weight update is in progress")
+        vers = sorted({v for r in range(self.tp) for vs in self.versions[r].values() for v in vs if v is not None})
+        self.generations.append({"during_update": self._updating, "versions": vers})
+        W = self.hf_weights()
+        return [token_logprobs(self.config.spec, W, p) for p in prompts]
+
+    # -- snapshot ---------------------------------------------------------------------------------------------------
+    def kernel_tensors(self) -> dict[str, torch.Tensor]:
+        """What the kernels read (the captured storage), under vLLM names (tp-prefixed when sharded)."""
+        return {rank_name(n, r, self.tp): t.detach().clone() for r, ps in enumerate(self._graph) for n, t in ps.items()}
+
+    def metadata(self) -> dict:
+        ptrs = self._ptrs()
+        return {
+            "engine": self.engine, "tp_size": self.tp, "ignored_layers": list(self.ignored_layers),
+            "fp8_modules": sorted(self.fp8_modules), "online_quant": self.online_quant,
+            "settings": {"use_deep_gemm": self.config.rollout.use_deep_gemm,
+                         "deep_gemm_e8m0": self.config.rollout.deep_gemm_e8m0,
+                         "moe_backend": self.config.rollout.moe_backend},
+            "param_dtypes": {rank_name(n, r, self.tp): str(t.dtype).removeprefix("torch.")
+                             for r, ps in enumerate(self.params) for n, t in ps.items()},
+            "storage_moved": sorted(n for n in ptrs if ptrs[n] != self.ptrs_at_start.get(n)),
+            "versions": {rank_name(n, r, self.tp): sorted(v for v in vs if v is not None)
+                         for r in range(self.tp) for n, vs in self.versions[r].items()},
+            "updates": [u.to_json() for u in self.updates],
+            "generations": list(self.generations),
+        }

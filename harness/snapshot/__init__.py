@@ -1,0 +1,4 @@
+from .disk import FILES, MANIFEST, SnapshotDir, SnapshotError, read_snapshot_dir, write_snapshot_dir
+from .model import Snapshot
+
+__all__ = ["FILES", "MANIFEST", "Snapshot", "SnapshotDir", "SnapshotError", "read_snapshot_dir", "write_snapshot_dir"]

@@ -1,0 +1,26 @@
+"""Snapshot: a read-only view of one engine's numeric state (name -> tensor, possibly lazy) plus metadata."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Snapshot:
+    role: str                                   # trainer | rollout | payload | master
+    tensors: Mapping[str, torch.Tensor]
+    meta: dict = field(default_factory=dict)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+    def get(self, name: str, default=None):
+        return self.tensors[name] if name in self.tensors else default
+
+    def names(self) -> list[str]:
+        return list(self.tensors.keys())

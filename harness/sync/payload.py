@@ -1,0 +1,142 @@
+"""Payload: what one weight sync sends. An ordered manifest of TensorRecords plus the tensors, in vLLM
+checkpoint convention (`*.weight` FP8 codes, `*.weight_scale_inv` scales with dequant = q * scale_inv,
+excluded tensors BF16)."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+from ..config import SyncConfig
+from ..layouts import is_scale_name, scale_name, weight_of_scale
+
+ROLE_FP8, ROLE_SCALE, ROLE_HP = "fp8", "scale", "hp"
+ROLES = (ROLE_FP8, ROLE_SCALE, ROLE_HP)
+
+
+class PayloadError(ValueError):
+    """A payload or manifest is malformed."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise PayloadError(f"unknown dtype {name!r}")
+    return dt
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    return t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def tensor_digest(t: torch.Tensor) -> str:
+    """blake2b-128 over dtype, shape and the raw bytes: equal digests <=> equal bits."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{dtype_name(t.dtype)}{tuple(t.shape)}".encode())
+    h.update(tensor_bytes(t))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    name: str
+    role: str
+    dtype: str
+    shape: tuple
+    block_shape: tuple | None
+    version: int
+    digest: str
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        d["block_shape"] = list(self.block_shape) if self.block_shape else None
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TensorRecord":
+        try:
+            return cls(d["name"], d["role"], d["dtype"], tuple(d["shape"]),
+                       tuple(d["block_shape"]) if d.get("block_shape") else None, int(d["version"]), d["digest"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise PayloadError(f"manifest record {d!r:.80}: {e}") from None
+
+
+def record_for(name: str, role: str, t: torch.Tensor, version: int, block_shape=None) -> TensorRecord:
+    return TensorRecord(name, role, dtype_name(t.dtype), tuple(t.shape), block_shape, version, tensor_digest(t))
+
+
+@dataclass
+class Payload:
+    records: list[TensorRecord]
+    tensors: dict[str, torch.Tensor]
+    version: int
+
+    def items(self):
+        """(record, tensor) in wire order; a record whose tensor is absent yields None."""
+        for r in self.records:
+            yield r, self.tensors.get(r.name)
+
+    def names(self) -> list[str]:
+        return [r.name for r in self.records]
+
+    def with_tensor(self, name: str, t: torch.Tensor, *, restamp: bool = False) -> "Payload":
+        """A copy with one tensor replaced. `restamp` recomputes the record (a sender-side fault: the manifest
+        describes the wrong bytes faithfully); otherwise the record keeps the original digest (wire corruption)."""
+        tensors = dict(self.tensors)
+        tensors[name] = t
+        recs = [replace(r, dtype=dtype_name(t.dtype), shape=tuple(t.shape), digest=tensor_digest(t))
+                if (r.name == name and restamp) else r for r in self.records]
+        return Payload(recs, tensors, self.version)
+
+    def manifest(self) -> list[dict]:
+        return [r.to_json() for r in self.records]
+
+
+def build_payload(config: SyncConfig, trainer_hf: dict[str, torch.Tensor], version: int) -> Payload:
+    """What the trainer sends after step `version`, in checkpoint order (each FP8 weight followed by its scale).
+
+    onpolicy: the trainer's own FP8 codes and scales, installed as-is.
+    naive:    the FP8 forward weight dequantized to BF16; the engine quantizes on its own (the failure mode).
+    """
+    recipe = config.recipe
+    recs, tensors = [], {}
+
+    def add(name, role, t, block=None):
+        recs.append(record_for(name, role, t, version, block))
+        tensors[name] = t
+
+    for spec in config.spec.tensors():
+        n = spec.name
+        if n in config.fp8_tensors:
+            codes, s = trainer_hf[n], trainer_hf[scale_name(n)]
+            if config.sync_mode == "naive":
+                add(n, ROLE_HP, recipe.dequantize_weight(codes, s).to(torch.bfloat16))
+            else:
+                add(n, ROLE_FP8, codes, tuple(recipe.block_shape))
+                add(scale_name(n), ROLE_SCALE, s, tuple(recipe.block_shape))
+        else:
+            add(n, ROLE_HP, trainer_hf[n].to(torch.bfloat16))
+    return Payload(recs, tensors, version)
+
+
+def expected_wire(config: SyncConfig) -> dict[str, tuple[str, torch.dtype]]:
+    """name -> (role, dtype) of every tensor the config says one sync must carry."""
+    out = {}
+    for spec in config.spec.tensors():
+        if spec.name in config.fp8_tensors and config.sync_mode == "onpolicy":
+            out[spec.name] = (ROLE_FP8, config.recipe.fp8_dtype)
+            out[scale_name(spec.name)] = (ROLE_SCALE, config.recipe.scale_dtype)
+        else:
+            out[spec.name] = (ROLE_HP, torch.bfloat16)
+    return out
+
+
+__all__ = ["Payload", "PayloadError", "ROLES", "ROLE_FP8", "ROLE_HP", "ROLE_SCALE", "TensorRecord",
+           "build_payload", "dtype_name", "expected_wire", "is_scale_name", "parse_dtype", "record_for",
+           "tensor_bytes", "tensor_digest", "weight_of_scale"]

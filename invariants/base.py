@@ -1,0 +1,172 @@
+"""Checker core: an invariant is an id, a one-line condition and a pure check over a CheckContext.
+
+A check returns Findings (plain data). Validity has three values and composes fail > unknown > pass; a check
+that raises, or lacks what it needs, reports unknown with the reason, never pass (Jepsen's `check-safe`).
+"""
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable, Iterable
+
+from harness.config import SyncConfig
+from harness.snapshot import Snapshot
+
+PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+_RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    invariant_id: str
+    verdict: str
+    tensor: str | None = None
+    message: str = ""
+    evidence: dict = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict:
+        return {"invariant_id": self.invariant_id, "verdict": self.verdict, "tensor": self.tensor,
+                "message": self.message, "evidence": self.evidence}
+
+
+@dataclass
+class CheckContext:
+    """Everything a check may read. Snapshots may be None (a check that needs one reports unknown)."""
+    config: SyncConfig
+    payload: Snapshot | None = None      # received wire: tensors + meta {records, receive}
+    trainer: Snapshot | None = None      # learner's FP8 forward weights, HF names
+    rollout: Snapshot | None = None      # what the sampler's kernels read, vLLM names (+ meta)
+    master: Snapshot | None = None       # trainer high-precision masters, HF names
+    probes: dict | None = None           # policy-probe metrics (P family)
+
+    @cached_property
+    def trainer_values(self) -> dict:
+        """Trainer tensors as fp32 values (FP8 ones dequantized), HF names."""
+        out, cfg = {}, self.config
+        for t in cfg.spec.tensors():
+            n, sn = t.name, t.name + "_scale_inv"
+            if n not in self.trainer:
+                continue
+            try:
+                out[n] = cfg.recipe.dequantize_weight(self.trainer[n], self.trainer[sn]) \
+                    if n in cfg.fp8_tensors and sn in self.trainer else self.trainer[n].float()
+            except (ValueError, RuntimeError):
+                continue
+        return out
+
+    @cached_property
+    def rollout_hf(self) -> dict:
+        """Rollout tensors mapped back to checkpoint coordinates (fusion and TP narrowing undone). A source
+        whose pieces are missing or misshapen in the rollout is left out and explained in `rollout_hf_errors`."""
+        from harness.layouts import rank_name
+        layout, tp = self.config.layout, self.config.rollout.tp_size
+        out, errors = {}, {}
+        pieces = [(r, p) for r in range(tp) for p in layout.vllm_load_pieces(r)]
+        shapes = {**layout.hf_shapes, **layout._scale_shapes(layout.hf_shapes, layout.fp8_hf)}
+        for r, p in pieces:
+            if p.src in errors:
+                continue
+            key = rank_name(p.dst, r, tp)
+            if key not in self.rollout:
+                errors[p.src] = f"rollout has no parameter {key}"
+                out.pop(p.src, None)
+                continue
+            d = self.rollout[key]
+            d = d[p.dst_index] if p.dst_index is not None else d
+            d = d[p.dst_row:p.dst_row + p.rows]
+            if p.src not in out:
+                import torch
+                out[p.src] = torch.zeros(shapes[p.src], dtype=d.dtype)
+            v = out[p.src][p.src_row:p.src_row + p.rows]
+            if p.cols is not None:
+                v = v[:, p.src_col:p.src_col + p.cols]
+            if tuple(v.shape) != tuple(d.shape) or v.dtype != d.dtype:
+                errors[p.src] = f"rollout parameter {key} slice has shape {tuple(d.shape)} {d.dtype}, " \
+                                f"expected {tuple(v.shape)}"
+                out.pop(p.src, None)
+                continue
+            v.copy_(d)
+        self.rollout_hf_errors = errors
+        return out
+
+@dataclass(frozen=True)
+class Invariant:
+    id: str
+    family: str
+    title: str
+    condition: str
+    check: Callable[[CheckContext], Iterable[Finding]]
+    needs: tuple[str, ...] = ()
+    live: bool = True                   # meaningful against live engines (else config / CPU only)
+
+
+REGISTRY: dict[str, Invariant] = {}
+
+
+def invariant(id: str, family: str, title: str, condition: str, needs: tuple[str, ...] = (), live: bool = True):
+    def deco(fn):
+        if id in REGISTRY:
+            raise ValueError(f"invariant id {id} registered twice")
+        REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live)
+        return fn
+    return deco
+
+
+def fail(inv_id: str, tensor: str | None, message: str, **evidence) -> Finding:
+    return Finding(inv_id, FAIL, tensor, message, evidence)
+
+
+def unknown(inv_id: str, message: str, tensor: str | None = None, **evidence) -> Finding:
+    return Finding(inv_id, UNKNOWN, tensor, message, evidence)
+
+
+def passed(inv_id: str, message: str = "", **evidence) -> Finding:
+    return Finding(inv_id, PASS, None, message, evidence)
+
+
+def run_invariant(inv: Invariant, ctx: CheckContext) -> list[Finding]:
+    missing = [n for n in inv.needs if getattr(ctx, n, None) is None]
+    if missing:
+        return [unknown(inv.id, f"cannot run: no {', '.join(missing)} snapshot")]
+    try:
+        out = list(inv.check(ctx))
+    except Exception as e:  # noqa: BLE001 - check-safe: an exception is unknown, never pass
+        tb = traceback.format_exc().strip().splitlines()
+        return [unknown(inv.id, f"check raised {e.__class__.__name__}: {e}", where=tb[-3:] if tb else [])]
+    if not out:
+        out = [passed(inv.id)]
+    return out
+
+
+def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: Iterable[str] | None = None) -> list[Finding]:
+    ids = list(ids) if ids is not None else None
+    fams = set(families) if families is not None else None
+    out = []
+    for inv in REGISTRY.values():
+        if ids is not None and inv.id not in ids:
+            continue
+        if fams is not None and inv.family not in fams:
+            continue
+        out += run_invariant(inv, ctx)
+    return out
+
+
+def overall(findings: Iterable[Finding]) -> str:
+    v = PASS
+    for f in findings:
+        if _RANK[f.verdict] > _RANK[v]:
+            v = f.verdict
+    return v
+
+
+def by_invariant(findings: Iterable[Finding]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for f in findings:
+        out[f.invariant_id] = f.verdict if _RANK[f.verdict] > _RANK.get(out.get(f.invariant_id, PASS), 0) \
+            else out.get(f.invariant_id, PASS)
+    return out
+
+
+def fired(findings: Iterable[Finding]) -> set[str]:
+    return {f.invariant_id for f in findings if f.verdict == FAIL}

@@ -1,0 +1,450 @@
+"""S family: the seven conditions every weight sync must preserve (DESIGN.md, invariant catalog).
+
+Every check is a pure function of (config, payload, trainer snapshot, rollout snapshot [+ master]); the
+rollout is compared in checkpoint coordinates after undoing the layout the config declares.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from harness.formats import E8M0, is_pow2
+from harness.layouts import is_scale_name, scale_name, split_rank_name
+from harness.sync.payload import ROLE_HP, expected_wire
+
+from .base import CheckContext, fail, invariant, passed, unknown
+from .evidence import bit_diff, engine_position, value_diff
+
+MAX_FINDINGS = 20     # per invariant; the rest are counted in a summary finding
+
+
+def _cap(inv_id: str, findings: list):
+    if len(findings) > MAX_FINDINGS:
+        extra = len(findings) - MAX_FINDINGS
+        findings = findings[:MAX_FINDINGS] + [fail(inv_id, None, f"... and {extra} more violations")]
+    return findings
+
+
+def _where(ctx: CheckContext, name: str, ev: dict | None) -> dict:
+    if ev and "index" in ev:
+        pos = engine_position(ctx.config.layout.vllm if not is_scale_name(name) else
+                              [[p for p in ctx.config.layout.vllm_load_pieces(r)] for r in range(ctx.config.rollout.tp_size)],
+                              name, ev["index"], ctx.config.rollout.tp_size)
+        if pos:
+            ev = {**ev, "rollout": pos}
+    return ev or {}
+
+
+def _fp8_names(ctx: CheckContext) -> list[str]:
+    return [t.name for t in ctx.config.spec.tensors() if t.name in ctx.config.fp8_tensors]
+
+
+# -- S1 -----------------------------------------------------------------------------------------------------------
+@invariant("S1", "sync", "coverage",
+           "every parameter and scale the sampler reads is written by this sync exactly once; nothing unknown is "
+           "sent; no destination keeps its dummy, previous or poisoned value", needs=("payload", "rollout"))
+def s1_coverage(ctx: CheckContext):
+    out = []
+    want = expected_wire(ctx.config)
+    recs = ctx.payload.meta.get("records", [])
+    counts = Counter(r["name"] for r in recs)
+    for n in want:
+        if counts[n] == 0:
+            out.append(fail("S1", n, "declared tensor not sent by this sync", stage="wire"))
+        elif counts[n] > 1:
+            out.append(fail("S1", n, f"sent {counts[n]} times (must be exactly once)", stage="wire"))
+    for n in counts:
+        if n not in want:
+            out.append(fail("S1", n, "sent but unknown to the config's layout (no destination)", stage="wire"))
+    rcv = ctx.payload.meta.get("receive", {})
+    for n in rcv.get("dropped", []):
+        out.append(fail("S1", n, "sent but not delivered to the engine (truncated or failed its digest)",
+                        stage="transport"))
+    for e in rcv.get("decode_errors", []):
+        out.append(fail("S1", None, f"transport: {e}", stage="transport"))
+    # poisoned destinations: every byte 0xFF survives only where no sync wrote
+    from harness.engines.cpu.rollout import is_sentinel
+    if ctx.rollout.meta.get("poisoned", True):
+        for k in ctx.rollout.names():
+            m = is_sentinel(ctx.rollout[k])
+            if bool(m.any()):
+                idx = [int(i) for i in m.nonzero()[0]]
+                out.append(fail("S1", k, "poisoned destination survived the sync (no sync wrote these elements)",
+                                stage="engine", index=idx, count=int(m.sum()), total=m.numel()))
+    ups = ctx.rollout.meta.get("updates")
+    if ups:
+        last = ups[-1]
+        for mod in last.get("untouched", []):
+            out.append(fail("S1", mod, "engine module received no weights in this update", stage="engine"))
+        for mod in last.get("partial", []):
+            out.append(fail("S1", mod, "engine module only partly written (finished with uninitialised rows)",
+                            stage="engine"))
+        for n in last.get("dropped_loads", []):
+            out.append(fail("S1", n, "load arrived after its module was complete and was dropped "
+                                     "(duplicate or out-of-order tensor)", stage="engine"))
+    if not out:
+        return [passed("S1", f"{len(want)} tensors sent exactly once, all destinations written")]
+    return _cap("S1", out)
+
+
+# -- S2 -----------------------------------------------------------------------------------------------------------
+@invariant("S2", "sync", "code identity",
+           "the E4M3 codes the sampler's kernels read equal the learner's FP8 forward weights byte for byte "
+           "(after undoing the engine's declared layout)", needs=("trainer", "rollout"))
+def s2_codes(ctx: CheckContext):
+    out, n_checked = [], 0
+    rhf = ctx.rollout_hf
+    for n in _fp8_names(ctx):
+        t = ctx.trainer.get(n)
+        if t is None:
+            out.append(unknown("S2", "trainer snapshot lacks this FP8 weight", tensor=n))
+            continue
+        if ctx.payload is not None and ctx.config.sync_mode == "onpolicy" and n in ctx.payload:
+            ev = bit_diff(t, ctx.payload[n])
+            if ev:
+                out.append(fail("S2", n, "codes on the wire differ from the trainer's", stage="wire", **ev))
+        r = rhf.get(n)
+        if r is None:
+            out.append(fail("S2", n, ctx.rollout_hf_errors.get(n, "no rollout codes"), stage="engine"))
+            continue
+        n_checked += 1
+        ev = bit_diff(t, r)
+        if ev:
+            out.append(fail("S2", n, "codes the sampler reads differ from the trainer's", stage="engine",
+                            **_where(ctx, n, ev)))
+    if not out:
+        return [passed("S2", f"{n_checked} FP8 weights byte-identical")]
+    return _cap("S2", out)
+
+
+# -- S3 -----------------------------------------------------------------------------------------------------------
+def _scale_values(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype == E8M0:
+        from harness.formats import e8m0_to_float
+        return e8m0_to_float(t)
+    return t.float()
+
+
+def diagnose_scale(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
+    if expected.shape != actual.shape:
+        return None
+    e, a = _scale_values(expected), _scale_values(actual)
+    if bool(is_pow2(a).all()) and not bool(is_pow2(e).all()):
+        return "scales were requantized to powers of two (UE8M0) on the way: FP32 scales need VLLM_USE_DEEP_GEMM_E8M0=0"
+    if torch.allclose(a * e, torch.ones_like(e), rtol=1e-6):
+        return "scale and scale_inv swapped (one convention: weight_scale_inv multiplies to dequantize)"
+    if e.dim() == 2 and e.shape[0] == e.shape[1] and torch.equal(a, e.t()):
+        return "block grid transposed"
+    ne = a != e
+    if bool(ne.any()):
+        ratio = (a[ne] / e[ne]).unique()
+        if ratio.numel() == 1 and bool(is_pow2(ratio).all()):
+            return f"{int(ne.sum())} block scale(s) multiplied by {float(ratio[0]):g}"
+    return None
+
+
+@invariant("S3", "sync", "scale identity and encoding",
+           "scale bits equal; weight_scale_inv multiplies to dequantize; the representable set is kept "
+           "(power-of-two mode has integral log2, E8M0 bias and zero-block byte right, no FP32 -> UE8M0 "
+           "requantization on the way)", needs=("trainer", "rollout"))
+def s3_scales(ctx: CheckContext):
+    out, n_checked = [], 0
+    recipe = ctx.config.recipe
+    rhf = ctx.rollout_hf
+    for n in _fp8_names(ctx):
+        sn = scale_name(n)
+        t = ctx.trainer.get(sn)
+        if t is None:
+            out.append(unknown("S3", "trainer snapshot lacks this scale", tensor=sn))
+            continue
+        # encoding of the trainer's (and the wire's) scales under the declared recipe
+        for stage, s in (("trainer", t), ("wire", ctx.payload.get(sn) if ctx.payload is not None else None)):
+            if s is None or (stage == "wire" and ctx.config.sync_mode != "onpolicy"):
+                continue
+            if recipe.scale_format == "e8m0":
+                if s.dtype != E8M0:
+                    out.append(fail("S3", sn, f"{stage}: E8M0 scales declared, got {s.dtype}", stage=stage))
+                elif bool((s.view(torch.uint8) == 0xFF).any()):
+                    out.append(fail("S3", sn, f"{stage}: E8M0 NaN byte 0xFF in scales", stage=stage))
+                continue
+            v = s.float()
+            bad = ~(torch.isfinite(v) & (v > 0))
+            if bool(bad.any()):
+                out.append(fail("S3", sn, f"{stage}: non-positive or non-finite scale_inv", stage=stage,
+                                index=[int(i) for i in bad.nonzero()[0]], value=float(v[bad][0])))
+                continue
+            if recipe.scale_format == "pow2" and not bool(is_pow2(v).all()):
+                i = (~is_pow2(v)).nonzero()[0]
+                out.append(fail("S3", sn, f"{stage}: power-of-two scales declared, log2 not integral", stage=stage,
+                                index=[int(x) for x in i], value=float(v[tuple(i)])))
+        if recipe.granularity == "block" and recipe.amax_epsilon == 0 and ctx.trainer.get(n) is not None:
+            codes = ctx.trainer[n]
+            from harness.formats.blockwise import _pad_blocks
+            if codes.dim() == 2 and tuple(t.shape) == recipe.scale_grid(codes.shape):
+                zero = (_pad_blocks(codes.view(torch.uint8) & 0x7F, recipe.block_shape) == 0).all(dim=3).all(dim=1)
+                wrong = zero & (t.float() != 1.0)
+                if bool(wrong.any()):
+                    i = wrong.nonzero()[0]
+                    out.append(fail("S3", sn, "all-zero block must have scale_inv 1 (TE rule: amax 0 -> scale 1)",
+                                    stage="trainer", index=[int(x) for x in i], value=float(t.float()[tuple(i)])))
+        # bit identity, trainer -> engine
+        r = rhf.get(sn)
+        if r is None:
+            out.append(fail("S3", sn, ctx.rollout_hf_errors.get(sn, "no rollout scale"), stage="engine"))
+            continue
+        n_checked += 1
+        ev = bit_diff(t, r)
+        if ev:
+            why = diagnose_scale(t, r)
+            out.append(fail("S3", sn, why or "scale bits the sampler reads differ from the trainer's",
+                            stage="engine", **_where(ctx, sn, ev)))
+        if ctx.payload is not None and ctx.config.sync_mode == "onpolicy" and sn in ctx.payload:
+            ev = bit_diff(t, ctx.payload[sn])
+            if ev:
+                out.append(fail("S3", sn, diagnose_scale(t, ctx.payload[sn]) or "scale on the wire differs from "
+                                "the trainer's", stage="wire", **ev))
+    # one convention: the trainer's codes * scale_inv reproduce its master (a swap is off by ~amax^2)
+    if ctx.master is not None:
+        for n in _fp8_names(ctx):
+            if n not in ctx.master or n not in ctx.trainer or scale_name(n) not in ctx.trainer:
+                continue
+            try:
+                deq = recipe.dequantize_weight(ctx.trainer[n], ctx.trainer[scale_name(n)])
+            except ValueError as e:
+                out.append(fail("S3", scale_name(n), f"cannot dequantize: {e}", stage="trainer"))
+                continue
+            m = ctx.master[n].float()
+            amax = m.abs().amax().clamp(min=1e-30)
+            err = float(((deq - m).abs().nan_to_num(0.0)).amax() / amax)
+            if err > 0.125:
+                out.append(fail("S3", scale_name(n), "codes * weight_scale_inv do not reproduce the trainer's master "
+                                "weight (wrong scale convention or corrupted scale)", stage="trainer",
+                                max_rel_error=err))
+    if not out:
+        return [passed("S3", f"{n_checked} scale tensors bit-identical and well-encoded ({recipe.scale_format})")]
+    return _cap("S3", out)
+
+
+# -- S4 -----------------------------------------------------------------------------------------------------------
+def diagnose_layout(ctx: CheckContext, name: str, expected: torch.Tensor, actual: torch.Tensor) -> str | None:
+    if expected.dim() == 2 and expected.shape[0] == expected.shape[1] and torch.equal(actual, expected.t()):
+        return "transposed"
+    for o, oe in ctx.trainer_values.items():
+        if o != name and tuple(oe.shape) == tuple(expected.shape) and torch.equal(oe, actual):
+            return f"holds the values of {o} (swapped or mis-mapped)"
+    if expected.dim() == 2 and expected.shape[0] % 128 == 0:
+        blocks_e = expected.reshape(-1, 128, expected.shape[1])
+        blocks_a = actual.reshape(-1, 128, actual.shape[1])
+        perm = []
+        for b in blocks_a:
+            hit = [i for i, e in enumerate(blocks_e) if torch.equal(b, e)]
+            perm.append(hit[0] if hit else None)
+        if None not in perm and perm != list(range(len(perm))):
+            return f"128-row blocks permuted: rollout block i holds trainer block {perm}"
+    return None
+
+
+@invariant("S4", "sync", "layout, shape and fusion",
+           "unpadded block grid [ceil(N/128), ceil(K/128)] on the wire; fused q|k|v, gate|up, TP shards and "
+           "expert ids where the kernel expects them: dequantized rollout weight == dequantized trainer weight "
+           "in checkpoint coordinates", needs=("trainer", "rollout"))
+def s4_layout(ctx: CheckContext):
+    out, n_checked = [], 0
+    cfg, recipe = ctx.config, ctx.config.recipe
+    # wire shapes: weights as in the checkpoint, scales on the unpadded grid
+    if ctx.payload is not None:
+        hf_shapes = cfg.layout.hf_shapes
+        for r in ctx.payload.meta.get("records", []):
+            n, shp = r["name"], tuple(r["shape"])
+            if is_scale_name(n):
+                w = n[: -len("_scale_inv")]
+                if w in hf_shapes and shp != recipe.scale_grid(hf_shapes[w]):
+                    out.append(fail("S4", n, f"scale grid {list(shp)} on the wire, expected the unpadded "
+                                             f"{list(recipe.scale_grid(hf_shapes[w]))}", stage="wire"))
+            elif n in hf_shapes and shp != tuple(hf_shapes[n]):
+                out.append(fail("S4", n, f"shape {list(shp)} on the wire, checkpoint shape is {list(hf_shapes[n])}",
+                                stage="wire"))
+    # engine shapes per rank
+    for k in ctx.rollout.names():
+        rank, n = split_rank_name(k)
+        want = cfg.layout.vllm_param_shapes(rank).get(n) if rank < cfg.rollout.tp_size else None
+        if want is not None and tuple(ctx.rollout[k].shape) != tuple(want):
+            out.append(fail("S4", k, f"engine parameter shape {list(ctx.rollout[k].shape)}, layout expects "
+                                     f"{list(want)}", stage="engine"))
+    # values in checkpoint coordinates
+    rhf = ctx.rollout_hf
+    for spec in cfg.spec.tensors():
+        n = spec.name
+        if n not in ctx.trainer:
+            continue
+        r = rhf.get(n)
+        if r is None:
+            out.append(fail("S4", n, ctx.rollout_hf_errors.get(n, "missing in the rollout"), stage="engine"))
+            continue
+        try:
+            if n in cfg.fp8_tensors:
+                e = ctx.trainer_values[n]
+                a = recipe.dequantize_weight(r, rhf[scale_name(n)].to(recipe.scale_dtype)
+                                             if recipe.scale_dtype == E8M0 else rhf[scale_name(n)].float())
+            else:
+                e, a = ctx.trainer[n].float(), r.float()
+        except (KeyError, ValueError, RuntimeError) as ex:
+            out.append(fail("S4", n, f"cannot dequantize in checkpoint coordinates: {ex}", stage="engine"))
+            continue
+        n_checked += 1
+        ev = value_diff(e, a)
+        if ev:
+            why = diagnose_layout(ctx, n, e, a) if len(out) < MAX_FINDINGS else None
+            out.append(fail("S4", n, f"dequantized rollout weight differs from the trainer's" + (f": {why}" if why else ""),
+                            stage="engine", **_where(ctx, n, ev)))
+    if not out:
+        return [passed("S4", f"{n_checked} tensors equal in checkpoint coordinates")]
+    return _cap("S4", out)
+
+
+# -- S5 -----------------------------------------------------------------------------------------------------------
+def _dtype(s: str) -> str:
+    return s.removeprefix("torch.")
+
+
+@invariant("S5", "sync", "dtypes",
+           "float8_e4m3fn where FP8 is declared (not e5m2, not fnuz), fp32 / e8m0 scales as declared, BF16 "
+           "exactly where high precision is declared; no silent BF16 fallback; every tensor arrives with the "
+           "dtype it was sent with", needs=("rollout",))
+def s5_dtypes(ctx: CheckContext):
+    out = []
+    cfg = ctx.config
+    want = {n: _dtype(str(dt)) for n, (_, dt) in expected_wire(cfg).items()}
+    if ctx.payload is not None:
+        for r in ctx.payload.meta.get("records", []):
+            n = r["name"]
+            if n in want and _dtype(r["dtype"]) != want[n]:
+                out.append(fail("S5", n, f"sent as {r['dtype']}, declared {want[n]}", stage="wire",
+                                expected=want[n], actual=r["dtype"]))
+            if n in ctx.payload and _dtype(str(ctx.payload[n].dtype)) != _dtype(r["dtype"]):
+                out.append(fail("S5", n, f"manifest says {r['dtype']}, bytes arrived as {ctx.payload[n].dtype}",
+                                stage="transport"))
+    if ctx.trainer is not None:
+        for n, dt in want.items():
+            if cfg.sync_mode == "onpolicy" and n in ctx.trainer and _dtype(str(ctx.trainer[n].dtype)) != dt:
+                out.append(fail("S5", n, f"trainer holds {ctx.trainer[n].dtype}, declared {dt}", stage="trainer"))
+    fp8_params = cfg.layout.fp8_vllm
+    for k in ctx.rollout.names():
+        _, n = split_rank_name(k)
+        if is_scale_name(n):
+            exp = _dtype(str(cfg.recipe.scale_dtype)) if n[: -len("_scale_inv")] in fp8_params else None
+        else:
+            exp = _dtype(str(cfg.recipe.fp8_dtype)) if n in fp8_params else "bfloat16"
+        got = _dtype(str(ctx.rollout[k].dtype))
+        if exp is None:
+            out.append(fail("S5", k, "engine holds a scale for a tensor declared high precision", stage="engine",
+                            actual=got))
+        elif got != exp:
+            out.append(fail("S5", k, f"engine holds {got}, declared {exp}", stage="engine", expected=exp, actual=got))
+    return _cap("S5", out) if out else [passed("S5", "all dtypes as declared")]
+
+
+# -- S6 -----------------------------------------------------------------------------------------------------------
+def expected_fp8_modules(cfg) -> set[str]:
+    from harness.engines.cpu.rollout import ReferenceRollout
+    mod = ReferenceRollout.param_module
+    return {mod(None, p.dst) for p in cfg.layout.vllm[0] if p.src in cfg.fp8_tensors}
+
+
+@invariant("S6", "sync", "exclusion agreement",
+           "the high-precision set is identical in the trainer, on the wire and in the engine's ignored_layers "
+           "(exact names; fused shards share one scheme), all derived from the one config", needs=("rollout",))
+def s6_exclusion(ctx: CheckContext):
+    out = []
+    cfg = ctx.config
+    if ctx.trainer is not None:
+        t_fp8 = {n for n in ctx.trainer.names() if not is_scale_name(n)
+                 and ctx.trainer[n].element_size() == 1 and ctx.trainer[n].is_floating_point()}
+        for n in sorted(t_fp8 - cfg.fp8_tensors):
+            out.append(fail("S6", n, "trainer quantizes a tensor the config keeps in high precision", stage="trainer"))
+        for n in sorted(cfg.fp8_tensors - t_fp8):
+            if n in ctx.trainer:
+                out.append(fail("S6", n, "trainer keeps in high precision a tensor the config declares FP8",
+                                stage="trainer"))
+    if ctx.payload is not None and cfg.sync_mode == "onpolicy":
+        wire_hp = {r["name"] for r in ctx.payload.meta.get("records", []) if r["role"] == ROLE_HP}
+        wire_fp8 = {r["name"] for r in ctx.payload.meta.get("records", []) if r["role"] == "fp8"}
+        for n in sorted(wire_hp & cfg.fp8_tensors):
+            out.append(fail("S6", n, "sent as high precision, config declares FP8", stage="wire"))
+        for n in sorted(wire_fp8 & cfg.high_precision):
+            out.append(fail("S6", n, "sent as FP8, config declares high precision", stage="wire"))
+    meta = ctx.rollout.meta
+    if "ignored_layers" not in meta or "fp8_modules" not in meta:
+        out.append(unknown("S6", "rollout snapshot has no ignored_layers / fp8_modules metadata"))
+    else:
+        got, want = set(meta["ignored_layers"]), set(cfg.ignored_layers)
+        for m in sorted(want - got):
+            out.append(fail("S6", m, "missing from the engine's ignored_layers (engine quantizes it)", stage="engine"))
+        for m in sorted(got - want):
+            out.append(fail("S6", m, "in the engine's ignored_layers but FP8 in the config", stage="engine"))
+        e_fp8, c_fp8 = set(meta["fp8_modules"]), expected_fp8_modules(cfg)
+        for m in sorted(e_fp8 - c_fp8):
+            out.append(fail("S6", m, "engine module is FP8, config keeps it in high precision", stage="engine"))
+        for m in sorted(c_fp8 - e_fp8):
+            out.append(fail("S6", m, "engine module is high precision, config declares FP8", stage="engine"))
+    return _cap("S6", out) if out else [passed("S6", f"{len(cfg.high_precision)} high-precision tensors agree")]
+
+
+# -- S7 -----------------------------------------------------------------------------------------------------------
+@invariant("S7", "sync", "lifecycle and atomicity",
+           "post-load processing runs exactly once per complete update; parameters stay in place (same storage); "
+           "syncing the same weights twice is idempotent; every engine and rank serves one version; no "
+           "generation runs on a half-installed policy", needs=("rollout",))
+def s7_lifecycle(ctx: CheckContext):
+    out = []
+    meta = ctx.rollout.meta
+    version = meta.get("version", ctx.trainer.meta.get("version") if ctx.trainer is not None else None)
+    for e in meta.get("errors", []):
+        out.append(fail("S7", None, f"update did not complete: {e}"))
+    ups = meta.get("updates")
+    if not ups:
+        out.append(unknown("S7", "no update record in the rollout metadata (post-load counts unknown)"))
+    else:
+        last = ups[-1]
+        pp = last.get("post_process", {})
+        for mod in sorted(set(last.get("completed", [])) | set(last.get("partial", []))):
+            _, m = split_rank_name(mod)
+            c = pp.get(m, 0)
+            if c != 1:
+                what = "skipped" if c == 0 else f"ran {c} times"
+                out.append(fail("S7", mod, f"post-load processing {what} (must run exactly once per update)",
+                                count=c))
+    if "storage_moved" in meta:
+        for n in meta["storage_moved"]:
+            out.append(fail("S7", n, "parameter storage replaced: captured CUDA graphs still read the old tensor"))
+    else:
+        out.append(unknown("S7", "no storage-pointer record"))
+    vers = meta.get("versions")
+    if vers is None or version is None:
+        out.append(unknown("S7", "no per-tensor version metadata"))
+    else:
+        for n, vs in sorted(vers.items()):
+            if list(vs) != [version]:
+                out.append(fail("S7", n, f"serves version(s) {vs}, the sync installed version {version}",
+                                versions=vs))
+    rs = meta.get("resync")
+    if rs is None:
+        out.append(unknown("S7", "idempotence not measured (no re-sync record)"))
+    elif "error" in rs:
+        out.append(fail("S7", None, f"re-sync of the same payload failed: {rs['error']}"))
+    elif rs.get("changed"):
+        out.append(fail("S7", rs["changed"][0], f"re-syncing the same payload changed {len(rs['changed'])} tensors "
+                                                "(not idempotent)", changed=rs["changed"][:8]))
+    for g in meta.get("generations", []):
+        if g.get("during_update") or len(g.get("versions", [])) > 1:
+            out.append(fail("S7", None, "generation ran on a half-installed policy", event=g))
+    rcv = (ctx.payload.meta.get("receive") if ctx.payload is not None else None) or {}
+    if rcv and not rcv.get("in_order", True):
+        out.append(fail("S7", None, f"buckets applied out of order: {rcv.get('sequence')}", stage="transport"))
+    if rcv and rcv.get("expected_buckets") is not None and len(set(rcv.get("sequence", []))) != rcv["expected_buckets"]:
+        out.append(fail("S7", None, f"update incomplete: {len(set(rcv.get('sequence', [])))} of "
+                                    f"{rcv['expected_buckets']} buckets", stage="transport"))
+    if not out:
+        return [passed("S7", "one complete, in-place, idempotent update; one version everywhere")]
+    return _cap("S7", out)
