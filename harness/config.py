@@ -22,21 +22,34 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class TrainerConfig:
     tp_size: int = 1
+    cp_size: int = 1
     fp8_param: bool = False          # persistent FP8 parameters (TE quantized_model_init)
+    # what the trainer's quantizer really does, when it differs from the recipe (resolved from
+    # NVTE_FP8_BLOCK_SCALING_FP32_SCALES and friends); None: as the recipe says
+    scale_format: str | None = None
+    amax_epsilon: float | None = None
 
 
 @dataclass(frozen=True)
 class RolloutConfig:
     """vLLM engine settings that change what the kernels read."""
     tp_size: int = 1
-    use_deep_gemm: bool = False      # VLLM_USE_DEEP_GEMM
-    deep_gemm_e8m0: bool = False     # VLLM_USE_DEEP_GEMM_E8M0: requantize block weights to UE8M0 after loading
+    use_deep_gemm: bool = True       # VLLM_USE_DEEP_GEMM (vLLM 0.26 default on Hopper: on)
+    # VLLM_USE_DEEP_GEMM_E8M0: requantize block weights (and round activation scales) to UE8M0. None: the
+    # setting that keeps the recipe on-policy (off for FP32 scales, on for power-of-two); vLLM's own default is on
+    deep_gemm_e8m0: bool | None = None
     install: str = "reload"          # reload (layerwise reload_weights) | load_weights (direct, first load only)
     moe_backend: str = "triton"      # sm90 default for block-FP8 MoE; "deep_gemm" when VLLM_USE_DEEP_GEMM is exported
+    weight_block_size: tuple | None = None   # engine quantization_config.weight_block_size; None: the recipe's
 
-    @property
-    def requant_ue8m0(self) -> bool:
-        return self.use_deep_gemm and self.deep_gemm_e8m0
+
+@dataclass(frozen=True)
+class PackingConfig:
+    """Pad multiples of packed sequences at each stage; None: the one TP/CP/FP8-aware rule
+    (harness.alignment.packed_pad_multiple). Collation, preprocessing and replay must agree."""
+    collate_multiple: int | None = None
+    preprocess_multiple: int | None = None
+    replay_multiple: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,10 @@ class SyncConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
+    packing: PackingConfig = field(default_factory=PackingConfig)
+    gpu_arch: str = "sm90"           # sm90 (Hopper) | sm100 (Blackwell) | ...
+    lora_rank: int = 0
+    lora_merge: bool = True          # False: adapter-only weight sync
     seed: int = 0
 
     def __post_init__(self):
@@ -70,6 +87,12 @@ class SyncConfig:
         for k in ("trainer", "rollout"):
             if getattr(self, k).tp_size < 1:
                 raise ConfigError(f"{k}.tp_size must be >= 1")
+        if self.trainer.scale_format not in (None, "fp32", "pow2", "e8m0"):
+            raise ConfigError(f"trainer.scale_format: {self.trainer.scale_format!r} is not one of fp32, pow2, e8m0")
+        try:
+            self.trainer_recipe
+        except RecipeError as e:
+            raise ConfigError(f"trainer: {e}") from None
 
     # -- derived once ---------------------------------------------------------------------------------------
     @cached_property
@@ -98,6 +121,34 @@ class SyncConfig:
                             if t.kind == LINEAR and t.name not in self.fp8_tensors))
 
     @cached_property
+    def trainer_recipe(self) -> Recipe:
+        """The quantizer the trainer really runs: the recipe unless trainer.scale_format / amax_epsilon say
+        otherwise (a disagreement the C checks exist to catch)."""
+        t = self.trainer
+        if t.scale_format is None and t.amax_epsilon is None:
+            return self.recipe
+        ch = {}
+        if t.scale_format is not None:
+            ch["scale_format"] = t.scale_format
+        if t.amax_epsilon is not None:
+            ch["amax_epsilon"] = t.amax_epsilon
+        return replace(self.recipe, **ch)
+
+    @property
+    def deep_gemm_e8m0(self) -> bool:
+        e = self.rollout.deep_gemm_e8m0
+        return (self.recipe.scale_format == "pow2") if e is None else e
+
+    @property
+    def requant_ue8m0(self) -> bool:
+        """The engine requantizes block-FP8 weights to UE8M0 after loading (DeepGEMM + E8M0 mode)."""
+        return self.recipe.granularity == "block" and self.rollout.use_deep_gemm and self.deep_gemm_e8m0
+
+    @property
+    def lora_adapter_only(self) -> bool:
+        return self.lora_rank > 0 and not self.lora_merge
+
+    @cached_property
     def layout(self):
         from .layouts import LayoutMap
         return LayoutMap(self.spec, self.fp8_tensors, self.recipe.block_shape, tp=self.rollout.tp_size)
@@ -119,7 +170,8 @@ class SyncConfig:
         """Nested or dotted keys. Unknown keys are an error naming the key (never silently ignored)."""
         data = nest(data, source)
         kw: dict[str, Any] = {}
-        sub = {"trainer": TrainerConfig, "rollout": RolloutConfig, "transport": TransportConfig}
+        sub = {"trainer": TrainerConfig, "rollout": RolloutConfig, "transport": TransportConfig,
+               "packing": PackingConfig}
         top = {f.name for f in fields(cls)}
         for k, v in data.items():
             if k not in top:
@@ -164,13 +216,28 @@ def _recipe(v, source) -> Recipe:
     raise ConfigError(f"{source}: recipe must be a name or a mapping, got {type(v).__name__}")
 
 
+_CHECKS = {
+    "int": lambda x: isinstance(x, int) and not isinstance(x, bool),
+    "bool": lambda x: isinstance(x, bool),
+    "str": lambda x: isinstance(x, str),
+    "float": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
+    "tuple": lambda x: isinstance(x, (list, tuple)),
+}
+
+
 def _typed(cls, key, v, source):
     want = {f.name: f.type for f in fields(cls)}[key]
     want = want if isinstance(want, str) else want.__name__
-    ok = {"int": lambda x: isinstance(x, int) and not isinstance(x, bool), "bool": lambda x: isinstance(x, bool),
-          "str": lambda x: isinstance(x, str)}.get(want, lambda x: True)
-    if not ok(v):
-        raise ConfigError(f"{source}: {key} must be {want}, got {v!r}")
+    alts = [a.strip() for a in want.split("|")]
+    if v is None and "None" in alts:
+        return None
+    known = [a for a in alts if a in _CHECKS]
+    if known and not any(_CHECKS[a](v) for a in known):
+        raise ConfigError(f"{source}: {key} must be {' or '.join(alts)}, got {v!r}")
+    if "tuple" in alts and isinstance(v, list):
+        return tuple(v)
+    if "float" in alts and isinstance(v, int):
+        return float(v)
     return v
 
 

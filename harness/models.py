@@ -146,7 +146,7 @@ class ModelSpec:
         return {t.name: t for t in self.tensors()}
 
     def init_weights(self, seed: int = 0) -> dict[str, torch.Tensor]:
-        """Random fp32 masters: linears ~ N(0, 0.05), norms ~ 1 + N(0, 0.1), A_log / dt_bias small."""
+        """Random fp32 masters: GEMMs and embeddings ~ N(0, 0.05), norms ~ 1 + N(0, 0.1), A_log / dt_bias small."""
         g = torch.Generator().manual_seed(seed)
         out = {}
         for t in self.tensors():
@@ -157,8 +157,7 @@ class ModelSpec:
             elif t.kind == CONV:
                 v = 0.3 * torch.randn(t.shape, generator=g)
             else:
-                std = 0.05 if t.kind == LINEAR else 0.5
-                v = std * torch.randn(t.shape, generator=g)
+                v = 0.05 * torch.randn(t.shape, generator=g)    # logits ~ N(0, 1): a realistic temperature
             out[t.name] = v
         return out
 

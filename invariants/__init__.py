@@ -1,7 +1,9 @@
 """The invariant catalog: one module per family. Importing this package registers every invariant."""
-from . import sync  # noqa: F401  (registers S1..S7)
+from . import alignment, contract, exclusion, probes, sync  # noqa: F401  (registration)
 from .base import (FAIL, PASS, REGISTRY, UNKNOWN, CheckContext, Finding, Invariant, by_invariant, fired, overall,
                    run_catalog, run_invariant)
 
-__all__ = ["FAIL", "PASS", "REGISTRY", "UNKNOWN", "CheckContext", "Finding", "Invariant", "by_invariant", "fired",
-           "overall", "run_catalog", "run_invariant"]
+FAMILIES = ("sync", "contract", "exclusion", "alignment", "probes")
+
+__all__ = ["FAIL", "FAMILIES", "PASS", "REGISTRY", "UNKNOWN", "CheckContext", "Finding", "Invariant",
+           "by_invariant", "fired", "overall", "run_catalog", "run_invariant"]

@@ -9,6 +9,7 @@ from collections import Counter
 
 import torch
 
+from harness.engines.vllm_numerics import post_load_requant, requant_applies
 from harness.formats import E8M0, is_pow2
 from harness.layouts import is_scale_name, scale_name, split_rank_name
 from harness.sync.payload import ROLE_HP, expected_wire
@@ -38,6 +39,21 @@ def _where(ctx: CheckContext, name: str, ev: dict | None) -> dict:
 
 def _fp8_names(ctx: CheckContext) -> list[str]:
     return [t.name for t in ctx.config.spec.tensors() if t.name in ctx.config.fp8_tensors]
+
+
+def expected_kernel(ctx: CheckContext, name: str):
+    """The trainer's codes and scale after the engine's *declared* post-load transform (vLLM's UE8M0
+    requantization when the config enables it; identity otherwise), in checkpoint coordinates, plus whether a
+    transform applied. The transform is block-local, so applying it per checkpoint tensor equals applying it
+    per fused engine parameter."""
+    cache = ctx.__dict__.setdefault("_expected_kernel", {})
+    if name not in cache:
+        cfg = ctx.config
+        codes, scale = ctx.trainer[name], ctx.trainer[scale_name(name)]
+        dst = next(p.dst for p in cfg.layout.vllm[0] if p.src == name)
+        applies = cfg.recipe.granularity == "block" and requant_applies(cfg, dst, cfg.layout.vllm_shapes[0][dst])
+        cache[name] = (*post_load_requant(cfg, dst, codes, scale), applies) if applies else (codes, scale, False)
+    return cache[name]
 
 
 # -- S1 -----------------------------------------------------------------------------------------------------------
@@ -109,9 +125,12 @@ def s2_codes(ctx: CheckContext):
             out.append(fail("S2", n, ctx.rollout_hf_errors.get(n, "no rollout codes"), stage="engine"))
             continue
         n_checked += 1
-        ev = bit_diff(t, r)
+        exp, _, transformed = expected_kernel(ctx, n) if scale_name(n) in ctx.trainer else (t, None, False)
+        ev = bit_diff(exp, r)
         if ev:
-            out.append(fail("S2", n, "codes the sampler reads differ from the trainer's", stage="engine",
+            what = "the trainer's codes after the engine's declared UE8M0 requantization" if transformed \
+                else "the trainer's"
+            out.append(fail("S2", n, f"codes the sampler reads differ from {what}", stage="engine",
                             **_where(ctx, n, ev)))
     if not out:
         return [passed("S2", f"{n_checked} FP8 weights byte-identical")]
@@ -188,15 +207,27 @@ def s3_scales(ctx: CheckContext):
                     i = wrong.nonzero()[0]
                     out.append(fail("S3", sn, "all-zero block must have scale_inv 1 (TE rule: amax 0 -> scale 1)",
                                     stage="trainer", index=[int(x) for x in i], value=float(t.float()[tuple(i)])))
-        # bit identity, trainer -> engine
+        # the engine's declared post-load transform must keep the representable set: values unchanged
+        if n in ctx.trainer:
+            e_codes, e_scale, transformed = expected_kernel(ctx, n)
+            if transformed:
+                before = recipe.dequantize_weight(ctx.trainer[n], t)
+                ev = value_diff(before, recipe.dequantize_weight(e_codes, e_scale))
+                if ev:
+                    out.append(fail("S3", sn, f"the engine's UE8M0 requantization changes {ev['differing']} weight "
+                                    f"values: {recipe.scale_format} scales do not survive VLLM_USE_DEEP_GEMM_E8M0=1",
+                                    stage="engine", **ev))
+        else:
+            e_scale = t
+        # bit identity, trainer (through the declared transform) -> engine
         r = rhf.get(sn)
         if r is None:
             out.append(fail("S3", sn, ctx.rollout_hf_errors.get(sn, "no rollout scale"), stage="engine"))
             continue
         n_checked += 1
-        ev = bit_diff(t, r)
+        ev = bit_diff(e_scale, r)
         if ev:
-            why = diagnose_scale(t, r)
+            why = diagnose_scale(e_scale, r)
             out.append(fail("S3", sn, why or "scale bits the sampler reads differ from the trainer's",
                             stage="engine", **_where(ctx, sn, ev)))
         if ctx.payload is not None and ctx.config.sync_mode == "onpolicy" and sn in ctx.payload:

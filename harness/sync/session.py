@@ -20,7 +20,8 @@ from .transport import ReceiveReport, pack, unpack
 class SyncHooks:
     """Where a fault enters. Each is optional; all are pure functions except `engine` (it configures the
     reference engine before the sync, as a misbehaving engine would be)."""
-    trainer: Callable | None = None      # (config, trainer_hf) -> trainer_hf sent instead (sender bugs)
+    trainer: Callable | None = None      # (config, trainer_hf, trainer) -> the trainer's (faulty) FP8 weights
+    make_rollout: Callable | None = None # (config) -> rollout engine (an engine built from other settings)
     payload: Callable | None = None      # (config, payload, ctx) -> payload
     buckets: Callable | None = None      # (config, list[bytes]) -> list[bytes]
     engine: Callable | None = None       # (config, rollout) -> None
@@ -57,8 +58,9 @@ def sync_once(config: SyncConfig, trainer, rollout, *, hooks: SyncHooks | None =
     version = trainer.step
     errors: list[str] = []
     trainer_hf = trainer.export_hf()
-    sent_hf = hooks.trainer(config, dict(trainer_hf)) if hooks.trainer else trainer_hf
-    sent = build_payload(config, sent_hf, version)
+    if hooks.trainer:
+        trainer_hf = hooks.trainer(config, dict(trainer_hf), trainer)
+    sent = build_payload(config, trainer_hf, version)
     if hooks.payload:
         sent = hooks.payload(config, sent, {"previous": previous, "trainer": trainer})
     buckets = pack(sent, config.transport.bucket_bytes)
@@ -105,8 +107,9 @@ def reference_sync(config: SyncConfig, *, steps: int = 1, hooks: SyncHooks | Non
     one cleanly), then run the sync under test. Returns (result, trainer, rollout)."""
     from ..engines.cpu.rollout import ReferenceRollout
     from ..engines.cpu.trainer import ReferenceTrainer
+    hooks = hooks or SyncHooks()
     trainer = ReferenceTrainer(config)
-    rollout = ReferenceRollout(config)
+    rollout = hooks.make_rollout(config) if hooks.make_rollout else ReferenceRollout(config)
     previous = None
     for s in range(steps):
         previous = trainer.export_hf()

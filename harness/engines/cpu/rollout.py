@@ -26,9 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...config import SyncConfig, matches_any
-from ...formats import quantize_mxfp8
-from ...formats.blockwise import dequantize_blockwise, _pad_blocks
-from ...formats.cast import cast_to_fp8
+from ..vllm_numerics import post_load_requant, vllm_online_quant
 from ...layouts import Piece, disassemble, is_scale_name, rank_name, scale_name, weight_of_scale
 from ...models import LINEAR
 from .forward import Weights, token_logprobs, vllm_act_quant
@@ -38,40 +36,6 @@ SENTINEL = 0xFF           # poison / uninitialised byte: NaN in e4m3fn, bf16 and
 
 class EngineError(RuntimeError):
     """The engine refused an operation (vLLM raises here too)."""
-
-
-# -- vLLM's own quantization arithmetic -------------------------------------------------------------------------
-def vllm_requant_ue8m0(codes: torch.Tensor, scale_inv: torch.Tensor, block=(128, 128)):
-    """vLLM 0.26 `requant_weight_ue8m0_inplace` + `per_block_cast_to_fp8(use_ue8m0=True)`
-    (model_executor/layers/quantization/utils/fp8_utils.py, utils/deep_gemm.py), op for op."""
-    if codes.dim() > 2:
-        parts = [vllm_requant_ue8m0(c, s, block) for c, s in zip(codes, scale_inv)]
-        return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
-    n, k = codes.shape
-    w = dequantize_blockwise(codes, scale_inv, block)
-    xv = _pad_blocks(w, block)
-    amax = xv.abs().float().amax(dim=(1, 3), keepdim=True).clamp(1e-4)
-    sf = amax / 448.0
-    sf = torch.pow(2.0, torch.ceil(torch.log2(sf.abs())))
-    q = (xv * (1.0 / sf)).to(codes.dtype)
-    q = q.reshape(xv.shape[0] * xv.shape[1], xv.shape[2] * xv.shape[3])[:n, :k].contiguous()
-    return q, sf.reshape(xv.shape[0], xv.shape[2]).contiguous()
-
-
-def vllm_online_quant(w: torch.Tensor, recipe):
-    """The engine quantizing a BF16 weight on its own (naive sync; verl's in-worker quantizer and SkyRL's
-    sender use this formula): s = max(amax, 1e-10) / 448, q = e4m3(x / s). MXFP8 uses the OCP rule."""
-    if recipe.granularity == "mxfp8":
-        return quantize_mxfp8(w, recipe.fp8_dtype)
-    if w.dim() > 2:
-        parts = [vllm_online_quant(x, recipe) for x in w]
-        return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
-    n, k = w.shape
-    xv = _pad_blocks(w.float(), recipe.block_shape)
-    s = xv.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-10) / 448.0
-    q = cast_to_fp8(xv / s, recipe.fp8_dtype)
-    return (q.reshape(xv.shape[0] * xv.shape[1], -1)[:n, :k].contiguous(),
-            s.reshape(xv.shape[0], xv.shape[2]).contiguous())
 
 
 def is_sentinel(t: torch.Tensor) -> torch.Tensor:
@@ -192,9 +156,6 @@ class ReferenceRollout:
         return {rank_name(n, r, self.tp): t.data_ptr() for r, ps in enumerate(self.params) for n, t in ps.items()}
 
     # -- post-load processing ------------------------------------------------------------------------------------
-    def _deep_gemm_linear(self, shape) -> bool:
-        return self.config.rollout.requant_ue8m0 and shape[-2] % 64 == 0 and shape[-1] % 128 == 0
-
     def _post_process(self, module: str, staged: dict[str, torch.Tensor], record: UpdateRecord | None):
         """One module's `process_weights_after_loading`: checkpoint format -> kernel format (in `staged`)."""
         for _ in range(self.post_process_repeats):
@@ -207,14 +168,8 @@ class ReferenceRollout:
                 q, s = vllm_online_quant(staged[wname], self.recipe)
                 staged[wname], staged[scale_name(wname)] = q, s.to(self.recipe.scale_dtype)
                 continue
-            if self.recipe.granularity != "block":
-                continue
-            expert = module.endswith((".w13", ".w2"))
-            requant = (self.config.rollout.requant_ue8m0 and self.config.rollout.moe_backend == "deep_gemm") \
-                if expert else self._deep_gemm_linear(staged[wname].shape)
-            if requant:
-                staged[wname], staged[scale_name(wname)] = vllm_requant_ue8m0(
-                    staged[wname], staged[scale_name(wname)].float(), self.recipe.block_shape)
+            staged[wname], staged[scale_name(wname)] = post_load_requant(
+                self.config, wname, staged[wname], staged[scale_name(wname)])
 
     def _post_process_all(self):
         for r, params in enumerate(self.params):
@@ -350,7 +305,7 @@ class ReferenceRollout:
             dests.update({rank_name(n, r, self.tp): t for n, t in deq[r].items()})
         hf = disassemble(pieces, dests, self.layout.hf_shapes)
         fp8 = frozenset(p.src for p in self.layout.vllm[0] if self.param_module(p.dst) in self.fp8_modules)
-        return Weights(hf, fp8, vllm_act_quant(self.recipe, ue8m0=self.config.rollout.requant_ue8m0))
+        return Weights(hf, fp8, vllm_act_quant(self.recipe, ue8m0=self.config.requant_ue8m0))
 
     def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
         """Teacher-forced log-probs of the prompts' tokens, as the sampler scores them."""
@@ -372,7 +327,7 @@ class ReferenceRollout:
             "engine": self.engine, "tp_size": self.tp, "ignored_layers": list(self.ignored_layers),
             "fp8_modules": sorted(self.fp8_modules), "online_quant": self.online_quant,
             "settings": {"use_deep_gemm": self.config.rollout.use_deep_gemm,
-                         "deep_gemm_e8m0": self.config.rollout.deep_gemm_e8m0,
+                         "deep_gemm_e8m0": self.config.requant_ue8m0,
                          "moe_backend": self.config.rollout.moe_backend},
             "param_dtypes": {rank_name(n, r, self.tp): str(t.dtype).removeprefix("torch.")
                              for r, ps in enumerate(self.params) for n, t in ps.items()},

@@ -42,7 +42,7 @@ class ReferenceTrainer:
         """Megatron-named: codes + `_scale_inv` for FP8 GEMMs, BF16 for everything else."""
         if self._fp8_cache is None:
             out = {}
-            r = self.config.recipe
+            r = self.config.trainer_recipe
             for k, m in self.masters.items():
                 if k in self.layout.fp8_megatron:
                     src = m if self.config.trainer.fp8_param else m.to(torch.bfloat16)

@@ -1,0 +1,147 @@
+"""C family: the scale-format and environment contract (recipe x GPU arch x fp8_param x env x LoRA mode), as a
+rule table over the one SyncConfig (preflight resolves env vars and GPU into it), plus C1, the data check that
+the trainer's bytes are the declared recipe applied to its masters."""
+from __future__ import annotations
+
+import torch
+
+from .base import CheckContext, fail, invariant, passed, unknown
+from .evidence import bit_diff
+
+
+def _arch_major(arch: str) -> int | None:
+    try:
+        return int(arch.removeprefix("sm")) // 10
+    except (ValueError, AttributeError):
+        return None
+
+
+@invariant("C1", "contract", "trainer quantizer = declared recipe",
+           "the trainer's FP8 weights are the declared recipe (scale format, amax epsilon, block shape) applied to "
+           "its weights: TE's quantizer of the BF16 parameter, or of the fp32 master with fp8_param",
+           needs=("trainer", "master"))
+def c1_recipe(ctx: CheckContext):
+    cfg, out, n = ctx.config, [], 0
+    for name in sorted(cfg.fp8_tensors):
+        if name not in ctx.master or name not in ctx.trainer:
+            continue
+        m = ctx.master[name].float()
+        src = m if cfg.trainer.fp8_param else m.to(torch.bfloat16)
+        q, s = cfg.recipe.quantize_weight(src)
+        n += 1
+        for what, exp, got in (("codes", q, ctx.trainer[name]), ("scale_inv", s, ctx.trainer.get(name + "_scale_inv"))):
+            if got is None:
+                continue
+            ev = bit_diff(exp, got)
+            if ev:
+                out.append(fail("C1", name if what == "codes" else name + "_scale_inv",
+                                f"trainer {what} are not recipe {cfg.recipe.name!r} applied to the master "
+                                f"(scale format or amax epsilon differs from what the config declares)", **ev))
+                break
+        if len(out) >= 10:
+            break
+    return out or [passed("C1", f"{n} tensors reproduce under {cfg.recipe.name}")]
+
+
+@invariant("C2", "contract", "FP32 scales survive the engine",
+           "FP32 block scales need VLLM_USE_DEEP_GEMM_E8M0=0 (or DeepGEMM off): vLLM's default on Hopper "
+           "requantizes every block-FP8 weight to UE8M0 after loading", live=False)
+def c2_e8m0(ctx: CheckContext):
+    cfg = ctx.config
+    if cfg.recipe.scale_format == "fp32" and cfg.requant_ue8m0:
+        return [fail("C2", None, "blockwise FP32 scales with VLLM_USE_DEEP_GEMM=1 and VLLM_USE_DEEP_GEMM_E8M0=1: "
+                     "the engine rewrites scales and codes; set VLLM_USE_DEEP_GEMM_E8M0=0",
+                     key="rollout.deep_gemm_e8m0")]
+    return []
+
+
+@invariant("C3", "contract", "Blackwell needs power-of-two scales",
+           "on sm100+ blockwise FP8 runs through MXFP8-style kernels: scales must be powers of two (pow2 / e8m0)",
+           live=False)
+def c3_blackwell(ctx: CheckContext):
+    cfg, major = ctx.config, _arch_major(ctx.config.gpu_arch)
+    if major is None:
+        return [unknown("C3", f"gpu_arch {cfg.gpu_arch!r} not understood (expected smNN)")]
+    if major >= 10 and cfg.recipe.scale_format == "fp32":
+        return [fail("C3", None, f"{cfg.gpu_arch} with FP32 block scales; use recipe blockwise-pow2 "
+                     "(NVTE_FP8_BLOCK_SCALING_FP32_SCALES=0) or mxfp8", key="recipe")]
+    return []
+
+
+@invariant("C4", "contract", "persistent FP8 parameters need FP32 block scales",
+           "fp8_param (persistent FP8 weights) needs FP32 block scales and is not available with MXFP8", live=False)
+def c4_fp8_param(ctx: CheckContext):
+    cfg = ctx.config
+    if not cfg.trainer.fp8_param:
+        return []
+    if cfg.recipe.granularity == "mxfp8":
+        return [fail("C4", None, "fp8_param is not available with the mxfp8 recipe", key="trainer.fp8_param")]
+    if cfg.trainer_recipe.scale_format != "fp32":
+        return [fail("C4", None, "fp8_param with power-of-two block scales; set NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1",
+                     key="trainer.fp8_param")]
+    return []
+
+
+@invariant("C5", "contract", "MXFP8 needs sm100",
+           "the mxfp8 recipe (1x32 blocks, E8M0 scales) needs Blackwell (sm100+) kernels", live=False)
+def c5_mxfp8(ctx: CheckContext):
+    cfg, major = ctx.config, _arch_major(ctx.config.gpu_arch)
+    if cfg.recipe.granularity == "mxfp8" and major is not None and major < 10:
+        return [fail("C5", None, f"mxfp8 on {cfg.gpu_arch}: no MXFP8 GEMMs below sm100; use blockwise-fp32 on "
+                     "Hopper", key="recipe")]
+    return []
+
+
+@invariant("C6", "contract", "scale format and amax epsilon agree",
+           "trainer, sender and engine use one scale format and one amax epsilon (Transformer Engine defaults to "
+           "power-of-two block scales, other stacks to FP32: the same value must reach all three)", live=False)
+def c6_agree(ctx: CheckContext):
+    cfg, out = ctx.config, []
+    t = cfg.trainer_recipe
+    if t.scale_format != cfg.recipe.scale_format:
+        out.append(fail("C6", None, f"trainer scale format {t.scale_format} (NVTE_FP8_BLOCK_SCALING_FP32_SCALES) "
+                        f"!= recipe {cfg.recipe.scale_format}", key="trainer.scale_format"))
+    if t.amax_epsilon != cfg.recipe.amax_epsilon:
+        out.append(fail("C6", None, f"trainer amax epsilon {t.amax_epsilon:g} != recipe {cfg.recipe.amax_epsilon:g}",
+                        key="trainer.amax_epsilon"))
+    return out
+
+
+@invariant("C7", "contract", "block shape agrees",
+           "the engine's weight_block_size equals the recipe's weight block shape", live=False)
+def c7_block(ctx: CheckContext):
+    cfg = ctx.config
+    b = cfg.rollout.weight_block_size
+    if b is not None and tuple(b) != tuple(cfg.recipe.block_shape):
+        return [fail("C7", None, f"engine weight_block_size {list(b)} != recipe block {list(cfg.recipe.block_shape)}",
+                     key="rollout.weight_block_size")]
+    return []
+
+
+@invariant("C8", "contract", "adapter-only LoRA cannot sync serialized FP8",
+           "serialized FP8 weight sync needs full-weight updates: adapter-only LoRA (merge off) must sync BF16 "
+           "adapters instead", live=False)
+def c8_lora(ctx: CheckContext):
+    cfg = ctx.config
+    if cfg.lora_adapter_only and cfg.sync_mode == "onpolicy":
+        return [fail("C8", None, f"LoRA rank {cfg.lora_rank} with adapter-only sync and serialized FP8 weight sync",
+                     key="lora")]
+    return []
+
+
+@invariant("C9", "contract", "activation scale format agrees",
+           "the engine quantizes activations with the trainer's scale format: power-of-two block scales pair with "
+           "vLLM's DeepGEMM E8M0 path (UE8M0 activation scales), FP32 scales with it off", live=False)
+def c9_activations(ctx: CheckContext):
+    cfg = ctx.config
+    if cfg.recipe.granularity != "block":
+        return []
+    trainer_pow2 = cfg.trainer_recipe.scale_format == "pow2"
+    engine_pow2 = cfg.requant_ue8m0
+    if trainer_pow2 != engine_pow2:
+        t = "power-of-two" if trainer_pow2 else "FP32"
+        e = "UE8M0 (power-of-two)" if engine_pow2 else "FP32"
+        fix = "VLLM_USE_DEEP_GEMM=1 VLLM_USE_DEEP_GEMM_E8M0=1" if trainer_pow2 else "VLLM_USE_DEEP_GEMM_E8M0=0"
+        return [fail("C9", None, f"trainer activation scales are {t}, the engine's are {e}: log-probs drift even "
+                     f"with identical weights; set {fix}", key="rollout.deep_gemm_e8m0")]
+    return []

@@ -1,0 +1,112 @@
+"""X family: the exclusion set (tensors kept in high precision) as a config-level contract. S6 checks that the
+engines agree with it; X checks that it is a set both engines *can* agree on."""
+from __future__ import annotations
+
+import re
+
+from harness.config import matches
+from harness.layouts.megatron import megatron_pieces
+from harness.layouts.vllm import vllm_module
+from harness.models import LINEAR
+
+from .base import CheckContext, fail, invariant
+
+
+def _linears(cfg):
+    return [t for t in cfg.spec.tensors() if t.kind == LINEAR]
+
+
+@invariant("X1", "exclusion", "exact exclusion matching",
+           "every exclusion pattern matches whole module names at component boundaries (`mlp.gate` never matches "
+           "`gate_up_proj` / `gate_proj`); a regex selects one kind of module, and every pattern matches something",
+           live=False)
+def x1_exact(ctx: CheckContext):
+    cfg, out = ctx.config, []
+    mods = sorted({t.module for t in cfg.spec.tensors()})
+    for p in cfg.exclude_patterns:
+        hit = [m for m in mods if matches(m, p)]
+        if not hit:
+            out.append(fail("X1", None, f"exclusion pattern {p!r} matches no module (vLLM matches ignored_layers by "
+                            "exact name: a typo silently quantizes the layer)", key="exclude", pattern=p))
+            continue
+        leaves = sorted({re.sub(r"\.\d+\.", ".N.", m.split("layers.", 1)[-1]).split(".", 1)[-1] if "layers." in m
+                         else m for m in hit})
+        if p.startswith("re:") and len(leaves) > 1:
+            out.append(fail("X1", None, f"regex {p!r} matches several kinds of module {leaves[:6]}: substring "
+                            "matching quantization exclusions is how routers and gate_proj get confused",
+                            key="exclude", pattern=p))
+    return out
+
+
+def _scheme_groups(cfg) -> list[tuple[str, list[str]]]:
+    """Groups of HF GEMM weights that share one GEMM (vLLM fusion and Megatron fusion)."""
+    groups: dict[str, list[str]] = {}
+    for t in _linears(cfg):
+        vmod, shard = vllm_module(cfg.spec, t.module)
+        if shard is not None and not isinstance(shard, tuple):
+            groups.setdefault("vllm:" + vmod, []).append(t.name)
+    for p in megatron_pieces(cfg.spec)[0]:
+        groups.setdefault("megatron:" + p.src, [])
+        if p.dst not in groups["megatron:" + p.src]:
+            groups["megatron:" + p.src].append(p.dst)
+    return [(k, v) for k, v in groups.items() if len(v) > 1]
+
+
+@invariant("X2", "exclusion", "fused shards share one scheme (engine)",
+           "q|k|v, gate|up and other GEMMs vLLM fuses are all FP8 or all high precision (vLLM raises otherwise)",
+           live=False)
+def x2_engine_fusion(ctx: CheckContext):
+    cfg, out = ctx.config, []
+    for g, members in _scheme_groups(cfg):
+        if not g.startswith("vllm:"):
+            continue
+        fp8 = [m for m in members if m in cfg.fp8_tensors]
+        if fp8 and len(fp8) != len(members):
+            out.append(fail("X2", g[5:], f"fused GEMM mixes FP8 {fp8} and high precision "
+                            f"{[m for m in members if m not in fp8]}", key="exclude"))
+    return out
+
+
+@invariant("X3", "exclusion", "closed under the trainer's fusion",
+           "GEMMs the trainer fuses (Megatron linear_qkv, linear_fc1, GDN in_proj [q|k|v|z|b|a]) are all FP8 or all "
+           "high precision: a trainer cannot keep part of one GEMM in BF16", live=False)
+def x3_trainer_fusion(ctx: CheckContext):
+    cfg, out = ctx.config, []
+    for g, members in _scheme_groups(cfg):
+        if not g.startswith("megatron:"):
+            continue
+        lin = [m for m in members if m.endswith(".weight")]
+        fp8 = [m for m in lin if m in cfg.fp8_tensors]
+        if fp8 and len(fp8) != len(lin):
+            out.append(fail("X3", g[9:], f"trainer GEMM mixes FP8 {fp8} and high precision "
+                            f"{[m for m in lin if m not in fp8]}; exclude all of them or none", key="exclude"))
+    return out
+
+
+@invariant("X4", "exclusion", "unquantizable GEMMs are excluded",
+           "a GEMM whose output or input dim is not a multiple of the weight block (MoE router, shared-expert "
+           "gate, GDN a/b projections) is in the exclusion set (vLLM otherwise fails in its first forward)",
+           live=False)
+def x4_unquantizable(ctx: CheckContext):
+    cfg, out = ctx.config, []
+    if cfg.recipe.granularity != "block":
+        return out
+    bn, bk = cfg.recipe.block_shape
+    for t in _linears(cfg):
+        if t.name in cfg.fp8_tensors and (t.shape[0] % bn or t.shape[1] % bk):
+            out.append(fail("X4", t.name, f"FP8 declared for a [{t.shape[0]}, {t.shape[1]}] GEMM, not a multiple of "
+                            f"the {bn}x{bk} block; add {t.module.split('layers.')[-1].split('.', 1)[-1]!r} to "
+                            "the exclusion set", key="exclude"))
+    return out
+
+
+@invariant("X5", "exclusion", "engine-forced high precision agrees",
+           "modules the engine's model class always builds unquantized (vLLM Qwen3-MoE shared_expert_gate) are "
+           "high precision in the trainer too", live=False)
+def x5_forced(ctx: CheckContext):
+    cfg, out = ctx.config, []
+    for t in _linears(cfg):
+        if t.name in cfg.fp8_tensors and any(matches(t.module, p) for p in cfg.spec.engine_high_precision):
+            out.append(fail("X5", t.name, "the engine keeps this GEMM in BF16 whatever ignored_layers says; the "
+                            "trainer must too", key="exclude"))
+    return out
