@@ -64,6 +64,7 @@ class SyncConfig:
     recipe: Recipe = field(default_factory=lambda: get_recipe("blockwise-fp32"))
     sync_mode: str = "onpolicy"
     exclude: tuple[str, ...] = ()    # extra high-precision module patterns, on top of the model's defaults
+    default_exclude: bool = True     # keep the model's own high-precision set (routers, GDN a/b projections)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
@@ -101,7 +102,8 @@ class SyncConfig:
 
     @cached_property
     def exclude_patterns(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.spec.default_exclude + tuple(self.exclude)))
+        base = self.spec.default_exclude if self.default_exclude else ()
+        return tuple(dict.fromkeys(base + tuple(self.exclude)))
 
     @cached_property
     def fp8_tensors(self) -> frozenset[str]:

@@ -139,11 +139,15 @@ def run_invariant(inv: Invariant, ctx: CheckContext) -> list[Finding]:
     return out
 
 
-def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: Iterable[str] | None = None) -> list[Finding]:
+def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: Iterable[str] | None = None,
+                static_only: bool = False) -> list[Finding]:
+    """Run the selected invariants. `static_only`: only the rules over the config (no snapshots needed)."""
     ids = list(ids) if ids is not None else None
     fams = set(families) if families is not None else None
     out = []
     for inv in REGISTRY.values():
+        if static_only and inv.needs:
+            continue
         if ids is not None and inv.id not in ids:
             continue
         if fams is not None and inv.family not in fams:

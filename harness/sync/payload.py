@@ -4,7 +4,7 @@ excluded tensors BF16)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -53,10 +53,9 @@ class TensorRecord:
     digest: str
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d["shape"] = list(self.shape)
-        d["block_shape"] = list(self.block_shape) if self.block_shape else None
-        return d
+        return {"name": self.name, "role": self.role, "dtype": self.dtype, "shape": list(self.shape),
+                "block_shape": list(self.block_shape) if self.block_shape else None, "version": self.version,
+                "digest": self.digest}
 
     @classmethod
     def from_json(cls, d: dict) -> "TensorRecord":

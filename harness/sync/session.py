@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
+
 from ..config import SyncConfig
 from ..snapshot.model import Snapshot
-from .payload import Payload, build_payload, tensor_digest
+
+from .payload import Payload, build_payload
 from .transport import ReceiveReport, pack, unpack
 
 
@@ -39,6 +42,11 @@ class SyncResult:
     rollout: Snapshot
     payload: Snapshot
     errors: list[str] = field(default_factory=list)
+
+
+def _same_bits(a, b) -> bool:
+    return b is not None and a.shape == b.shape and a.dtype == b.dtype and torch.equal(
+        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def payload_snapshot(payload: Payload, report: ReceiveReport | None = None) -> Snapshot:
@@ -86,8 +94,8 @@ def sync_once(config: SyncConfig, trainer, rollout, *, hooks: SyncHooks | None =
         # idempotence (S7): installing the same payload again must leave every kernel tensor unchanged
         try:
             install()
-            after = {n: tensor_digest(t) for n, t in rollout.kernel_tensors().items()}
-            meta["resync"] = {"changed": sorted(n for n, t in kernel.items() if tensor_digest(t) != after.get(n))}
+            after = rollout.kernel_tensors()
+            meta["resync"] = {"changed": sorted(n for n, t in kernel.items() if not _same_bits(t, after.get(n)))}
         except Exception as e:  # noqa: BLE001
             meta["resync"] = {"error": str(e)}
     meta["errors"] = errors

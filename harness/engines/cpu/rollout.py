@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 
@@ -36,6 +37,16 @@ SENTINEL = 0xFF           # poison / uninitialised byte: NaN in e4m3fn, bf16 and
 
 class EngineError(RuntimeError):
     """The engine refused an operation (vLLM raises here too)."""
+
+
+_INIT_CACHE: dict = {}
+
+
+@lru_cache(maxsize=512)
+def _dummy(shape: tuple, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)            # reseeded per tensor: depends on shape and dtype only
+    dt = torch.float16 if torch.finfo(dtype).bits < 16 else dtype
+    return torch.empty(shape, dtype=dt).uniform_(-1e-3, 1e-3, generator=g).to(dtype)
 
 
 def is_sentinel(t: torch.Tensor) -> torch.Tensor:
@@ -85,8 +96,7 @@ class ReferenceRollout:
         self.updates: list[UpdateRecord] = []
         self.generations: list[dict] = []
         self._updating = False
-        self._init_dummy(seed)
-        self._post_process_all()
+        self._init_state(seed)
 
     # -- construction --------------------------------------------------------------------------------------------
     def _module_members(self) -> dict[str, list[str]]:
@@ -141,6 +151,23 @@ class ReferenceRollout:
                 out[n] = torch.empty(shp, dtype=torch.bfloat16)
         return out
 
+    def _init_state(self, seed: int):
+        """Dummy load + first post-processing. Deterministic in the engine's settings, so memoized (the fault
+        matrix builds hundreds of engines); the tensors are copied in, never shared."""
+        key = (self.config.model, self.recipe, self.tp, self.fp8_modules, self.online_quant,
+               self.config.requant_ue8m0, self.config.rollout.moe_backend, seed)
+        init = _INIT_CACHE.get(key)
+        if init is None:
+            self._init_dummy(seed)
+            self._post_process_all()
+            init = _INIT_CACHE[key] = [{n: t.clone() for n, t in p.items()} for p in self.params]
+            if len(_INIT_CACHE) > 32:
+                _INIT_CACHE.pop(next(iter(_INIT_CACHE)))
+        else:
+            for params, src in zip(self.params, init):
+                for n, t in params.items():
+                    t.copy_(src[n])
+
     def _init_dummy(self, seed: int):
         """vLLM `initialize_dummy_weights`: per tensor, reseeded U(-1e-3, 1e-3); FP8 via fp16; e8m0 left as is."""
         for params in self.params:
@@ -148,9 +175,7 @@ class ReferenceRollout:
                 if t.dtype == torch.float8_e8m0fnu:
                     t.view(torch.uint8).fill_(127)
                     continue
-                g = torch.Generator().manual_seed(seed)
-                dt = torch.float16 if torch.finfo(t.dtype).bits < 16 else t.dtype
-                t.copy_(torch.empty(t.shape, dtype=dt).uniform_(-1e-3, 1e-3, generator=g).to(t.dtype))
+                t.copy_(_dummy(tuple(t.shape), t.dtype, seed))
 
     def _ptrs(self) -> dict[str, int]:
         return {rank_name(n, r, self.tp): t.data_ptr() for r, ps in enumerate(self.params) for n, t in ps.items()}

@@ -10,9 +10,38 @@ from __future__ import annotations
 
 import torch
 
+from functools import lru_cache
+
 from ...config import SyncConfig
 from ...layouts import scale_name
+from ...models import get_model
 from .forward import Weights, dequantize_state, te_act_quant, token_logprobs
+
+
+# The reference trainer is deterministic in (model, seed, step): the fault matrix builds hundreds of them, so
+# masters and their FP8 images are memoized. Callers never mutate cached tensors in place.
+@lru_cache(maxsize=64)
+def _masters(model: str, seed: int, step: int) -> dict:
+    from ...layouts.megatron import megatron_pieces
+    from ...layouts.pieces import disassemble
+    spec = get_model(model)
+    if step == 0:
+        pieces, shapes = megatron_pieces(spec)
+        return {k: v.float() for k, v in disassemble(pieces, spec.init_weights(seed), shapes).items()}
+    prev = _masters(model, seed, step - 1)
+    g = torch.Generator().manual_seed(10_000 * (seed + 1) + step - 1)
+    lr = 2e-3
+    return {k: prev[k] + lr * prev[k].abs().mean().clamp(min=1e-3) * torch.randn(prev[k].shape, generator=g) * 10
+            for k in sorted(prev)}
+
+
+_EXPORTS: dict = {}
+
+
+@lru_cache(maxsize=4096)
+def _quantized(model: str, seed: int, step: int, name: str, recipe, from_master: bool):
+    m = _masters(model, seed, step)[name]
+    return recipe.quantize_weight(m if from_master else m.to(torch.bfloat16))
 
 
 class ReferenceTrainer:
@@ -21,19 +50,16 @@ class ReferenceTrainer:
     def __init__(self, config: SyncConfig):
         self.config = config
         self.layout = config.layout
-        self.masters = {k: v.float() for k, v in self.layout.hf_to_megatron(config.spec.init_weights(config.seed)).items()}
         self.step = 0
+        self.masters = dict(_masters(config.model, config.seed, 0))
         self._fp8_cache: dict | None = None
 
     # -- optimizer ----------------------------------------------------------------------------------------------
-    def optimizer_step(self, lr: float = 2e-3) -> int:
-        """A deterministic update of every master (a stand-in gradient step; what matters here is that every
-        tensor, codes and scales, changes between versions)."""
-        g = torch.Generator().manual_seed(10_000 * (self.config.seed + 1) + self.step)
-        for k in sorted(self.masters):
-            m = self.masters[k]
-            self.masters[k] = m + lr * m.abs().mean().clamp(min=1e-3) * torch.randn(m.shape, generator=g) * 10
+    def optimizer_step(self) -> int:
+        """A deterministic update of every master (a stand-in gradient step, lr 2e-3 in `_masters`; what matters
+        here is that every tensor, codes and scales, changes between versions)."""
         self.step += 1
+        self.masters = dict(_masters(self.config.model, self.config.seed, self.step))
         self._fp8_cache = None
         return self.step
 
@@ -45,8 +71,8 @@ class ReferenceTrainer:
             r = self.config.trainer_recipe
             for k, m in self.masters.items():
                 if k in self.layout.fp8_megatron:
-                    src = m if self.config.trainer.fp8_param else m.to(torch.bfloat16)
-                    q, s = r.quantize_weight(src)
+                    q, s = _quantized(self.config.model, self.config.seed, self.step, k, r,
+                                      self.config.trainer.fp8_param)
                     out[k], out[scale_name(k)] = q, s
                 else:
                     out[k] = m.to(torch.bfloat16)
@@ -54,8 +80,16 @@ class ReferenceTrainer:
         return self._fp8_cache
 
     def export_hf(self) -> dict[str, torch.Tensor]:
-        """Trainer snapshot in HF names: exactly the bytes the learner's forward uses."""
-        return self.layout.megatron_to_hf(self.fp8_forward_weights())
+        """Trainer snapshot in HF names: exactly the bytes the learner's forward uses (a fresh dict; the
+        tensors are shared with a memo and must not be written in place)."""
+        c = self.config
+        key = (c.model, c.seed, self.step, c.trainer_recipe, c.trainer.fp8_param, c.fp8_tensors)
+        hit = _EXPORTS.get(key)
+        if hit is None:
+            hit = _EXPORTS[key] = self.layout.megatron_to_hf(self.fp8_forward_weights())
+            if len(_EXPORTS) > 64:
+                _EXPORTS.pop(next(iter(_EXPORTS)))
+        return dict(hit)
 
     def master_hf(self) -> dict[str, torch.Tensor]:
         return self.layout.megatron_to_hf({k: v for k, v in self.masters.items()}, with_scales=False)

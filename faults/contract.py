@@ -1,0 +1,52 @@
+"""Contract and alignment faults: configurations the C and A rules must reject before a job starts."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.formats import get_recipe
+
+from .base import Fault, register
+
+
+def cfg(**kw):
+    return lambda c: replace(c, **kw)
+
+
+def rollout(**kw):
+    return lambda c: replace(c, rollout=replace(c.rollout, **kw))
+
+
+def trainer(**kw):
+    return lambda c: replace(c, trainer=replace(c.trainer, **kw))
+
+
+register(Fault("blackwell_with_fp32_scales", "contract", "config", ("C3",), "blockwise FP32 scales on sm100",
+               cfg(gpu_arch="sm100"), applies=lambda c: c.recipe.scale_format == "fp32"))
+register(Fault("fp8_param_with_pow2_scales", "contract", "config", ("C4",),
+               "persistent FP8 parameters with power-of-two block scales", trainer(fp8_param=True),
+               applies=lambda c: c.recipe.scale_format == "pow2"))
+register(Fault("fp8_param_with_mxfp8", "contract", "config", ("C4",), "persistent FP8 parameters with MXFP8",
+               trainer(fp8_param=True), applies=lambda c: c.recipe.granularity == "mxfp8"))
+register(Fault("mxfp8_on_hopper", "contract", "config", ("C5",), "the mxfp8 recipe on sm90",
+               lambda c: replace(c, recipe=get_recipe("mxfp8"), gpu_arch="sm90"),
+               applies=lambda c: c.recipe.granularity == "block"))
+register(Fault("engine_block_shape_mismatch", "contract", "config", ("C7",),
+               "engine weight_block_size [128, 64] vs the recipe's [128, 128]", rollout(weight_block_size=(128, 64)),
+               applies=lambda c: c.recipe.granularity == "block"))
+register(Fault("lora_adapter_only_fp8_sync", "contract", "config", ("C8",),
+               "adapter-only LoRA (merge off) with serialized FP8 weight sync", cfg(lora_rank=16, lora_merge=False)))
+register(Fault("pow2_scales_fp32_activations", "contract", "config", ("C9", "P1"),
+               "power-of-two weight scales with VLLM_USE_DEEP_GEMM_E8M0=0: the engine quantizes activations with "
+               "FP32 scales, the trainer with powers of two", rollout(deep_gemm_e8m0=False),
+               applies=lambda c: c.recipe.scale_format == "pow2"))
+register(Fault("tp_breaks_block_divisibility", "alignment", "config", ("A2",),
+               "rollout tensor parallelism 8: 512-wide projections split into 64-wide shards", rollout(tp_size=8),
+               applies=lambda c: c.spec.name != "tiny-hybrid"))
+register(Fault("packing_rule_mismatch", "alignment", "config", ("A3",),
+               "replay pads packed sequences to a multiple of 8 while collation uses the TP/CP/FP8 rule",
+               lambda c: replace(c, packing=replace(c.packing, replay_multiple=8))))
+register(Fault("trainer_cp_packing_mismatch", "alignment", "config", ("A3",),
+               "trainer TP=4, CP=4 (tokens in 2*CP chunks per TP rank: a multiple of 32) while preprocessing "
+               "still pads to the FP8 multiple 16", lambda c: replace(c, trainer=replace(c.trainer, tp_size=4, cp_size=4),
+                                                                   packing=replace(c.packing, preprocess_multiple=16)),
+               applies=lambda c: c.recipe.granularity == "block"))

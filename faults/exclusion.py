@@ -1,0 +1,72 @@
+"""Exclusion faults: a norm quantized on the trainer side, a linear left BF16 in the engine only, the MoE router
+quantized by the engine, a substring exclusion pattern."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.formats import quantize_per_tensor
+
+from .base import Fault, fp8_targets, pick, register
+
+
+def _norm_quantized(c, hf, trainer, layer=0):
+    n = f"model.layers.{layer}.input_layernorm.weight"
+    q, s = quantize_per_tensor(hf[n].float())
+    hf[n] = q
+    return hf
+
+
+register(Fault("norm_quantized_in_trainer", "exclusion", "trainer", ("S6",),
+               "the trainer's forward runs one RMSNorm weight in FP8 while the config keeps norms in BF16",
+               _norm_quantized))
+
+
+def _engine(ignored):
+    def apply(c, index=0):
+        from harness.engines.cpu.rollout import ReferenceRollout
+        return ReferenceRollout(c, ignored_layers=ignored(c, index))
+    return apply
+
+
+def _extra_ignored(c, index):
+    return tuple(c.ignored_layers) + (pick(fp8_targets(c, suffix=("o_proj", "down_proj", "out_proj")), index)
+                                      .rsplit(".", 1)[0],)
+
+
+register(Fault("linear_bf16_in_engine_only", "exclusion", "engine", ("S6",),
+               "the engine's ignored_layers lists a linear the trainer quantizes (BF16 on one side only)",
+               _engine(_extra_ignored), live=True))
+
+
+def _router_not_ignored(c, index):
+    return tuple(m for m in c.ignored_layers if not m.endswith(".mlp.gate"))
+
+
+register(Fault("router_quantized_in_engine", "exclusion", "engine", ("S6",),
+               "the engine's ignored_layers misses the MoE router: vLLM block-quantizes mlp.gate",
+               _engine(_router_not_ignored), applies=lambda c: c.spec.is_moe, live=True))
+
+
+def _substring(c):
+    return replace(c, exclude=tuple(c.exclude) + ("re:.*gate.*",))
+
+
+register(Fault("exclusion_substring_match", "exclusion", "config", ("X1", "X2", "X3"),
+               "an exclusion written as a substring pattern ('gate') that also catches gate_proj / gate_up_proj",
+               _substring))
+
+
+def _partial_fused(c):
+    return replace(c, exclude=tuple(c.exclude) + ("self_attn.k_proj",))
+
+
+register(Fault("exclusion_splits_fused_gemm", "exclusion", "config", ("X2", "X3"),
+               "k_proj excluded but q_proj / v_proj quantized: one fused GEMM with two schemes",
+               _partial_fused, applies=lambda c: "full_attention" in c.spec.layer_types))
+
+
+
+
+register(Fault("model_exclusions_dropped", "exclusion", "config", ("X4", "X5", "X3", "A1"),
+               "the model's own high-precision set dropped (router / shared-expert gate / GDN a,b quantized)",
+               lambda c: replace(c, default_exclude=False), applies=lambda c: bool(c.spec.default_exclude)))

@@ -1,0 +1,141 @@
+"""The fault-injection matrix: every applicable fault x tiny model x recipe through the real sync path of the
+CPU reference, plus one clean run per model x recipe. A fault is caught when at least one of its declared
+invariants fails; a clean run passes when every invariant holds (no fail, no unknown)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from harness.config import ConfigError, SyncConfig
+from harness.engines.cpu.rollout import EngineError
+from harness.formats import RECIPES, get_recipe
+from harness.layouts import LayoutError
+from harness.models import MODELS
+from harness.sync.session import reference_sync
+from invariants import CheckContext, FAIL, UNKNOWN, run_catalog
+
+from .base import FAULTS, Fault
+
+STATIC_FAMILIES = ("contract", "exclusion", "alignment")
+
+
+def clean_config(model: str, recipe: str, **kw) -> SyncConfig:
+    """The recommended configuration for a recipe: Hopper for blockwise, Blackwell for MXFP8; vLLM's E8M0 path
+    off for FP32 scales and on for power-of-two scales (SyncConfig's default resolution)."""
+    return SyncConfig(model=model, recipe=get_recipe(recipe), gpu_arch="sm100" if recipe == "mxfp8" else "sm90", **kw)
+
+
+@dataclass
+class Cell:
+    fault: str | None
+    model: str
+    recipe: str
+    expected: tuple = ()
+    fired: list = field(default_factory=list)
+    unknown: list = field(default_factory=list)
+    verdict: str = ""               # caught | missed | pass | false-alarm | n/a | error
+    detail: str = ""
+    seconds: float = 0.0
+    findings: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in ("caught", "pass", "n/a")
+
+    def to_json(self) -> dict:
+        return {"fault": self.fault or "clean", "model": self.model, "recipe": self.recipe,
+                "expected": list(self.expected), "fired": self.fired, "unknown": self.unknown, "verdict": self.verdict,
+                "detail": self.detail, "seconds": round(self.seconds, 3),
+                "findings": [f.to_json() for f in self.findings[:6]]}
+
+
+def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool = False):
+    """Run the sync (with the fault's hooks) and the catalog: the S family and every config rule always; the
+    costlier data checks (C1 re-quantizes every master, P1 runs both forwards) on clean runs and where a fault
+    declares them. Returns (findings, note)."""
+    ids = None
+    if fault is not None and not probes:
+        from invariants import REGISTRY
+        ids = [i for i, inv in REGISTRY.items()
+               if inv.family == "sync" or not inv.needs or i in fault.trips]
+    note = ""
+    try:
+        res, trainer, _ = reference_sync(config, hooks=fault.hooks() if fault else None)
+        from harness.snapshot import Snapshot
+        ctx = CheckContext(config, res.payload, res.trainer, res.rollout, Snapshot("master", trainer.master_hf()))
+    except (LayoutError, EngineError, ConfigError) as e:
+        # the engines cannot even be built from this configuration: the static rules must say why
+        note = f"sync impossible: {e}"
+        return run_catalog(CheckContext(config), families=STATIC_FAMILIES, static_only=True), note
+    return run_catalog(ctx, ids=ids), note
+
+
+def run_cell(fault: Fault | None, model: str, recipe: str, probes: bool = False) -> Cell:
+    t0 = time.perf_counter()
+    cell = Cell(fault.name if fault else None, model, recipe, tuple(fault.trips) if fault else ())
+    base = clean_config(model, recipe)
+    try:
+        if fault is not None:
+            if not fault.applies(base):
+                cell.verdict = "n/a"
+                return cell
+            config = fault.setup(base)
+            if fault.stage == "config":
+                config = fault.apply(config, **fault.params)
+        else:
+            config = base
+        findings, cell.detail = check_config(config, fault, probes=probes or fault is None)
+    except LookupError as e:            # the fault has no target in this model / configuration
+        cell.verdict, cell.detail = "n/a", str(e)
+        return cell
+    except Exception as e:  # noqa: BLE001 - a crash is a matrix error, never a pass
+        cell.verdict, cell.detail = "error", f"{e.__class__.__name__}: {e}"
+        cell.seconds = time.perf_counter() - t0
+        return cell
+    cell.fired = sorted({f.invariant_id for f in findings if f.verdict == FAIL})
+    cell.unknown = sorted({f.invariant_id for f in findings if f.verdict == UNKNOWN})
+    cell.findings = [f for f in findings if f.verdict != "pass"]
+    if fault is None:
+        cell.verdict = "pass" if not cell.fired and not cell.unknown else "false-alarm"
+    else:
+        cell.verdict = "caught" if set(cell.fired) & set(fault.trips) else "missed"
+    cell.seconds = time.perf_counter() - t0
+    return cell
+
+
+def matrix_cells(models=None, recipes=None, faults=None) -> list[tuple]:
+    models = list(models or MODELS)
+    recipes = list(recipes or RECIPES)
+    names = list(faults or FAULTS)
+    out = [(None, m, r) for m in models for r in recipes]
+    out += [(n, m, r) for n in names for m in models for r in recipes]
+    return out
+
+
+def run_matrix(models=None, recipes=None, faults=None, workers: int = 1) -> list[Cell]:
+    cells = matrix_cells(models, recipes, faults)
+    if workers <= 1:
+        return [run_cell(FAULTS[n] if n else None, m, r) for n, m, r in cells]
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(workers) as ex:
+        return list(ex.map(_run_named, cells, chunksize=4))
+
+
+def _run_named(args) -> Cell:
+    n, m, r = args
+    import torch
+    torch.set_num_threads(1)            # one process per core
+    import faults  # noqa: F401  (registers in a fresh worker)
+    c = run_cell(FAULTS[n] if n else None, m, r)
+    c.findings = c.findings[:6]
+    return c
+
+
+def summary(cells: list[Cell]) -> dict:
+    applicable = [c for c in cells if c.verdict != "n/a"]
+    return {"cells": len(cells), "applicable": len(applicable),
+            "clean_pass": sum(c.verdict == "pass" for c in cells),
+            "false_alarms": sum(c.verdict == "false-alarm" for c in cells),
+            "caught": sum(c.verdict == "caught" for c in cells), "missed": sum(c.verdict == "missed" for c in cells),
+            "errors": sum(c.verdict == "error" for c in cells),
+            "ok": all(c.ok for c in cells)}

@@ -1,0 +1,123 @@
+"""Scale faults: bit flip, x2 on one block, scale <-> scale_inv swap, power-of-two rounding, epsilon mismatch,
+block transpose, FP32 scales through vLLM's E8M0 requantization."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from harness.formats import E8M0
+
+from .base import Fault, fp8_targets, pick, register, replace_tensor, scale_name
+
+
+def _target(config, index):
+    return scale_name(pick(fp8_targets(config), index))
+
+
+def _flip_bit(c, p, ctx, index=0, element=0, bit=0):
+    sn = _target(c, index)
+    s = p.tensors[sn].clone()
+    flat = s.view(torch.uint8).reshape(-1, s.element_size())
+    flat[element % flat.shape[0], bit // 8] ^= (1 << (bit % 8))
+    return replace_tensor(p, sn, s)
+
+
+register(Fault("scale_bit_flip", "scales", "payload", ("S3",), "one bit of one block scale flipped by the sender",
+               _flip_bit, silent=True, live=True))
+
+
+def _times2(c, p, ctx, index=0, element=0):
+    sn = _target(c, index)
+    s = p.tensors[sn].clone()
+    if s.dtype == E8M0:
+        b = s.view(torch.uint8).reshape(-1)
+        b[element % b.numel()] += 1
+    else:
+        s.reshape(-1)[element % s.numel()] *= 2
+    return replace_tensor(p, sn, s)
+
+
+register(Fault("scale_x2_block", "scales", "payload", ("S3", "S4"), "one block's scale_inv doubled",
+               _times2, silent=True, live=True))
+
+
+def _swap_inv(c, p, ctx, index=0):
+    sn = _target(c, index)
+    s = p.tensors[sn]
+    if s.dtype == E8M0:
+        inv = (254 - s.view(torch.uint8).to(torch.int32)).clamp(0, 254).to(torch.uint8).view(E8M0)
+    else:
+        inv = torch.ones_like(s) / s
+    return replace_tensor(p, sn, inv)
+
+
+register(Fault("scale_inv_swap", "scales", "payload", ("S3", "S4"),
+               "the quantization scale sent where weight_scale_inv (its reciprocal) belongs", _swap_inv, silent=True,
+               live=True))
+
+
+def _round_pow2(c, p, ctx, index=None):
+    names = fp8_targets(c) if index is None else [fp8_targets(c)[index]]
+    for n in names:
+        s = p.tensors[scale_name(n)]
+        p = replace_tensor(p, scale_name(n), torch.exp2(torch.ceil(torch.log2(s.float()))))
+    return p
+
+
+register(Fault("fp32_scales_rounded_pow2", "scales", "payload", ("S3",),
+               "FP32 scales rounded up to powers of two on the way, codes left as they were",
+               _round_pow2, applies=lambda c: c.recipe.scale_format == "fp32", silent=True, live=True))
+
+
+def _sender_eps(c, p, ctx, index=0, amax_epsilon=1.0):
+    """The sender re-quantizes one weight from the trainer's BF16 parameter with another amax epsilon."""
+    n = pick(fp8_targets(c), index)
+    master = ctx["trainer"].master_hf()[n]
+    r = replace(c.recipe, amax_epsilon=amax_epsilon)
+    q, s = r.quantize_weight(master if c.trainer.fp8_param else master.to(torch.bfloat16))
+    return replace_tensor(replace_tensor(p, n, q), scale_name(n), s)
+
+
+register(Fault("sender_epsilon_mismatch", "scales", "payload", ("S2", "S3"),
+               "the sender re-quantizes with another amax epsilon than the trainer's forward uses", _sender_eps,
+               applies=lambda c: c.recipe.granularity == "block", silent=True))
+
+
+def _trainer_env(**trainer):
+    return lambda c: replace(c, trainer=replace(c.trainer, **trainer))
+
+
+register(Fault("trainer_epsilon_mismatch", "scales", "config", ("C1", "C6"),
+               "the trainer's quantizer runs with amax epsilon 1.0 while the sync declares 0",
+               _trainer_env(amax_epsilon=1.0), applies=lambda c: c.recipe.granularity == "block", silent=True))
+register(Fault("trainer_pow2_scales", "scales", "config", ("C1", "C6"),
+               "NVTE_FP8_BLOCK_SCALING_FP32_SCALES unset in the trainer: TE's power-of-two default while the sync "
+               "declares FP32 scales", _trainer_env(scale_format="pow2"),
+               applies=lambda c: c.recipe.scale_format == "fp32", silent=True))
+
+
+def _transpose_grid(c, p, ctx, index=0):
+    cands = [n for n in fp8_targets(c) if p.tensors[scale_name(n)].dim() == 2
+             and p.tensors[scale_name(n)].shape[0] == p.tensors[scale_name(n)].shape[1]]
+    sn = scale_name(pick(cands, index))
+    s = p.tensors[sn]
+    t = s.t().contiguous()
+    if torch.equal(t.view(torch.uint8), s.view(torch.uint8)):
+        raise LookupError("symmetric scale grid")
+    return replace_tensor(p, sn, t)
+
+
+register(Fault("scale_grid_transposed", "scales", "payload", ("S3", "S4"),
+               "a square block-scale grid sent transposed (row-major vs column-major mix-up)", _transpose_grid,
+               applies=lambda c: c.recipe.granularity == "block", silent=True, live=True))
+
+
+def _e8m0_engine(c):
+    return replace(c, rollout=replace(c.rollout, use_deep_gemm=True, deep_gemm_e8m0=True))
+
+
+register(Fault("fp32_scales_through_e8m0", "scales", "config", ("S3", "C2"),
+               "FP32 block scales installed into vLLM with its Hopper default (DeepGEMM + E8M0): post-load "
+               "requantizes every weight to UE8M0", lambda c: _e8m0_engine(c),
+               applies=lambda c: c.recipe.scale_format == "fp32", live=True))

@@ -1,0 +1,53 @@
+"""Version faults: one layer from step N-1 (stamped or not), generation during a sync."""
+from __future__ import annotations
+
+from dataclasses import replace as dc_replace
+
+from harness.sync.payload import tensor_digest
+
+from .base import Fault, register
+
+
+def _stale_layer(stamp: bool):
+    def apply(c, p, ctx, layer=0):
+        prev = ctx.get("previous")
+        if prev is None:
+            raise LookupError("no previous step")
+        pre = f"model.layers.{layer}."
+        recs, tensors = [], dict(p.tensors)
+        for r in p.records:
+            if r.name.startswith(pre):
+                t = prev[r.name]
+                if c.sync_mode == "naive" and r.role == "hp" and t.dtype != tensors[r.name].dtype:
+                    t = t.to(tensors[r.name].dtype)
+                tensors[r.name] = t
+                r = dc_replace(r, digest=tensor_digest(t), version=r.version - 1 if stamp else r.version)
+            recs.append(r)
+        return type(p)(recs, tensors, p.version)
+    return apply
+
+
+register(Fault("stale_layer_stamped", "version", "payload", ("S7", "S2"),
+               "one layer's tensors come from step N-1 (its records say so)", _stale_layer(True), silent=True))
+register(Fault("stale_layer_unstamped", "version", "payload", ("S2", "S3"),
+               "one layer's tensors come from step N-1 under step N's version stamp", _stale_layer(False),
+               silent=True, live=True))
+
+
+def _generate_mid_sync(c, after=10):
+    from harness.engines.cpu.rollout import ReferenceRollout
+    eng = ReferenceRollout(c)
+    eng.allow_generate_during_update = True
+    seen = {"n": 0}
+
+    def on_load(engine, name):
+        seen["n"] += 1
+        if seen["n"] == after:
+            engine.generate_logprobs([[1, 2, 3, 4]])
+    eng.on_load = on_load
+    return eng
+
+
+register(Fault("generation_during_sync", "version", "engine", ("S7",),
+               "a generation request served while the update is half installed (the sampler was not paused)",
+               _generate_mid_sync, silent=True))
