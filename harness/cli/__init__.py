@@ -137,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--allow-unknown", action="store_true", help="exit 0 when checks are only unknown")
     v.set_defaults(fn=cmd_verify)
 
+    from . import faults as faults_cmd
+    faults_cmd.register(sub)
     return p
 
 

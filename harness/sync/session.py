@@ -100,6 +100,7 @@ def sync_once(config: SyncConfig, trainer, rollout, *, hooks: SyncHooks | None =
             meta["resync"] = {"error": str(e)}
     meta["errors"] = errors
     meta["version"] = version
+    meta["poisoned"] = poison
     rollout_snap = Snapshot("rollout", kernel, meta)
     if hooks.snapshot:
         rollout_snap = hooks.snapshot(config, rollout_snap)

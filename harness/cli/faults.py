@@ -1,0 +1,85 @@
+"""`fp8check faults`: the CPU fault-injection matrix as a table, JSON or JUnit XML."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from rich.table import Table
+
+from ..formats import RECIPES
+from ..models import MODELS
+from .report import console, junit_xml
+
+VERDICT_STYLE = {"caught": "green", "pass": "green", "n/a": "dim", "missed": "bold red", "false-alarm": "bold red",
+                 "error": "bold red"}
+
+
+def run(args) -> int:
+    import faults as fault_pkg
+    from faults.matrix import run_matrix, summary
+    from .. import cli
+    for m in args.model or []:
+        if m not in MODELS:
+            raise cli.UsageError(f"--model {m}: unknown model; choose from {', '.join(MODELS)}")
+    for r in args.recipe or []:
+        if r not in RECIPES:
+            raise cli.UsageError(f"--recipe {r}: unknown recipe; choose from {', '.join(RECIPES)}")
+    for f in args.fault or []:
+        if f not in fault_pkg.FAULTS:
+            raise cli.UsageError(f"--fault {f}: unknown fault; `fp8check faults --list` shows them")
+    if args.list:
+        t = Table(title="fp8check faults")
+        for c in ("fault", "family", "stage", "must trip", "silent", "live", "what"):
+            t.add_column(c, overflow="fold")
+        for f in fault_pkg.FAULTS.values():
+            t.add_row(f.name, f.family, f.stage, ",".join(f.trips), "yes" if f.silent else "", "yes" if f.live else "",
+                      f.description)
+        console().print(t)
+        return 0
+    workers = args.workers or min(len(os.sched_getaffinity(0)), 8)
+    t0 = time.perf_counter()
+    cells = run_matrix(args.model, args.recipe, args.fault, workers=workers)
+    wall = time.perf_counter() - t0
+    s = summary(cells)
+    s["seconds"] = round(wall, 1)
+    s["workers"] = workers
+    if args.json:
+        print(json.dumps({"summary": s, "cells": [c.to_json() for c in cells]}, indent=1))
+    else:
+        t = Table(title="fp8check fault-injection matrix (CPU reference)")
+        for c in ("fault", "model", "recipe", "must trip", "fired", "verdict"):
+            t.add_column(c, overflow="fold")
+        for c in cells:
+            if c.verdict == "n/a" and not args.all:
+                continue
+            t.add_row(c.fault or "(clean)", c.model, c.recipe, ",".join(c.expected) or "nothing",
+                      ",".join(c.fired) + (f" ?{','.join(c.unknown)}" if c.unknown else ""),
+                      f"[{VERDICT_STYLE.get(c.verdict, '')}]{c.verdict}[/]" + (f" ({c.detail[:60]})" if c.verdict == "error" else ""))
+        con = console()
+        con.print(t)
+        ok = "[green]OK[/]" if s["ok"] else "[bold red]FAILED[/]"
+        con.print(f"{ok}: {s['caught']} faults caught, {s['missed']} missed, {s['clean_pass']} clean runs pass, "
+                  f"{s['false_alarms']} false alarms, {s['errors']} errors; {s['applicable']} applicable of "
+                  f"{s['cells']} cells in {wall:.1f} s on {workers} worker(s)")
+    if args.junit:
+        cases = [(f"faults.{c.model}.{c.recipe}", c.fault or "clean",
+                  "pass" if c.ok else ("unknown" if c.verdict == "error" else "fail"),
+                  f"{c.verdict}: expected {list(c.expected)}, fired {c.fired} {c.detail}") for c in cells
+                 if c.verdict != "n/a"]
+        with open(args.junit, "w") as fh:
+            fh.write(junit_xml("fp8check faults", cases))
+    return 0 if s["ok"] else 1
+
+
+def register(sub):
+    p = sub.add_parser("faults", help="run the CPU fault-injection matrix")
+    p.add_argument("--model", action="append", help="tiny model (repeatable; default all)")
+    p.add_argument("--recipe", action="append", help="recipe (repeatable; default all)")
+    p.add_argument("--fault", action="append", help="only this fault (repeatable; default all)")
+    p.add_argument("--workers", type=int, help="processes (default: CPU count, at most 8)")
+    p.add_argument("--all", action="store_true", help="also list cells where a fault does not apply")
+    p.add_argument("--list", action="store_true", help="list the faults and exit")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--junit", metavar="FILE")
+    p.set_defaults(fn=run)

@@ -1,0 +1,196 @@
+"""Live trainer adapter: a Megatron-Core GPTModel with the Transformer Engine layer spec, FP8 blockwise recipe.
+
+The learner's FP8 forward weights are read from TE's own quantized tensors -- the weight workspaces a forward
+with `is_first_microbatch=True` caches (`_fp8_workspaces["weight"]`, `"weight{i}"` for grouped experts), or the
+parameters themselves with persistent FP8 parameters (`fp8_param`) -- never re-quantized by fp8check. TE stores
+scale_inv padded to a multiple of 4 K-blocks; `te_to_wire` crops it to the unpadded grid.
+
+Masters: the adapter loads the same deterministic masters as the CPU reference trainer (`_masters`) so the two
+can be compared byte for byte (conformance). `NVTE_FP8_BLOCK_SCALING_FP32_SCALES` is read when Transformer
+Engine is imported, so the process must be started with it set (the Ray worker's runtime_env does that).
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+
+from ..config import SyncConfig
+from ..formats import te_to_wire
+from ..layouts import scale_name
+from .cpu.trainer import _masters
+
+
+def trainer_env(config: SyncConfig) -> dict[str, str]:
+    return {"NVTE_FP8_BLOCK_SCALING_FP32_SCALES": "1" if config.trainer_recipe.scale_format == "fp32" else "0",
+            "NCCL_NVLS_ENABLE": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+
+def te_quantize_blockwise(x: torch.Tensor, *, pow2: bool, amax_epsilon: float = 0.0, block_scaling_dim: int = 2):
+    """Transformer Engine's Float8BlockQuantizer on a CUDA tensor -> (codes, scale_inv wire grid,
+    columnwise codes [K, N], columnwise scale_inv wire grid of the transposed data, raw TE rowwise scale)."""
+    import transformer_engine_torch as tex
+    from transformer_engine.pytorch.tensor.float8_blockwise_tensor import Float8BlockQuantizer
+    q = Float8BlockQuantizer(tex.DType.kFloat8E4M3, rowwise=True, columnwise=True, amax_epsilon=amax_epsilon,
+                             force_pow_2_scales=pow2, block_scaling_dim=block_scaling_dim)
+    t = q(x)
+    n, k = x.shape
+    codes = t._rowwise_data.view(torch.float8_e4m3fn).cpu()
+    raw = t._rowwise_scale_inv.cpu()
+    s = te_to_wire(raw, (n, k), block_dim=block_scaling_dim)
+    ccodes = t._columnwise_data.view(torch.float8_e4m3fn).cpu() if t._columnwise_data is not None else None
+    cs = te_to_wire(t._columnwise_scale_inv.cpu(), (n, k), block_dim=block_scaling_dim, columnwise=True) \
+        if t._columnwise_scale_inv is not None else None
+    return codes, s, ccodes, cs, raw
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MegatronTrainer:
+    engine = "megatron-core+transformer-engine"
+
+    def __init__(self, config: SyncConfig, seed: int = 1234):
+        want = trainer_env(config)["NVTE_FP8_BLOCK_SCALING_FP32_SCALES"]
+        if os.environ.get("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0") != want:
+            raise RuntimeError(f"NVTE_FP8_BLOCK_SCALING_FP32_SCALES must be {want} in this process before "
+                               f"Transformer Engine is imported (start the worker with trainer_env(config))")
+        import torch.distributed as dist
+        import torch.nn.functional as F
+        from megatron.core import parallel_state
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+        from megatron.core.models.gpt.gpt_model import GPTModel
+        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+        from megatron.core.transformer.transformer_config import TransformerConfig
+        self.config = config
+        self.layout = config.layout
+        spec = config.spec
+        torch.cuda.set_device(0)
+        if not dist.is_initialized():
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ["MASTER_PORT"] = str(_free_port())
+            dist.init_process_group("nccl", rank=0, world_size=1)
+        if not parallel_state.model_parallel_is_initialized():
+            parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+        model_parallel_cuda_manual_seed(seed)
+        kw = dict(num_layers=spec.num_layers, hidden_size=spec.hidden_size, ffn_hidden_size=spec.intermediate_size,
+                  num_attention_heads=spec.num_heads, num_query_groups=spec.num_kv_heads, kv_channels=spec.head_dim,
+                  normalization="RMSNorm", layernorm_epsilon=spec.rms_norm_eps, qk_layernorm=spec.qk_norm,
+                  gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, add_qkv_bias=False,
+                  hidden_dropout=0.0, attention_dropout=0.0, bf16=True, params_dtype=torch.bfloat16,
+                  apply_rope_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
+                  masked_softmax_fusion=False, gradient_accumulation_fusion=False,
+                  fp8="e4m3", fp8_recipe="blockwise", fp8_param=config.trainer.fp8_param)
+        if spec.is_moe:
+            kw.update(num_moe_experts=spec.num_experts, moe_router_topk=spec.top_k,
+                      moe_ffn_hidden_size=spec.moe_intermediate_size, moe_grouped_gemm=True,
+                      moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
+                      moe_token_dispatcher_type="alltoall", moe_router_padding_for_fp8=True,
+                      moe_router_pre_softmax=False)
+            if spec.shared_expert_intermediate_size:
+                kw.update(moe_shared_expert_intermediate_size=spec.shared_expert_intermediate_size,
+                          moe_shared_expert_gate=True)
+        self.tcfg = TransformerConfig(**kw)
+        layer_spec = get_gpt_layer_with_transformer_engine_spec(
+            num_experts=spec.num_experts or None, moe_grouped_gemm=spec.is_moe, qk_layernorm=spec.qk_norm)
+        self.model = GPTModel(config=self.tcfg, transformer_layer_spec=layer_spec, vocab_size=spec.vocab_size,
+                              max_sequence_length=1024, position_embedding_type="rope",
+                              rotary_base=int(spec.rope_theta), share_embeddings_and_output_weights=False).cuda()
+        names = {n for n, _ in self.model.named_parameters()}
+        missing = sorted(set(self.layout.megatron_shapes) - names)
+        if missing:
+            raise RuntimeError(f"Megatron model lacks parameters the layout map expects: {missing[:5]}")
+        self.step = 0
+        self.load_masters(0)
+
+    # -- weights -----------------------------------------------------------------------------------------------
+    def load_masters(self, step: int):
+        masters = _masters(self.config.model, self.config.seed, step)
+        with torch.no_grad():
+            for n, p in self.model.named_parameters():
+                src = masters[n].to("cuda")
+                if hasattr(p, "quantize_"):              # persistent FP8 parameter: TE quantizes from fp32
+                    p.quantize_(src)
+                else:
+                    p.copy_(src.to(p.dtype))
+        self._fresh = False
+
+    def optimizer_step(self) -> int:
+        """Advance to the next deterministic masters (the CPU reference's step), after a real forward/backward
+        under FP8 (the gradients prove the learner runs; the update itself is the reference's)."""
+        self.last_loss = self.train_forward_backward()
+        self.step += 1
+        self.load_masters(self.step)
+        return self.step
+
+    def _forward(self, tokens: torch.Tensor, labels=None):
+        pos = torch.arange(tokens.shape[1], device="cuda")[None].expand(tokens.shape[0], -1)
+        self.model.set_is_first_microbatch()            # re-quantize and re-cache the FP8 weights
+        return self.model(input_ids=tokens, position_ids=pos, attention_mask=None, labels=labels)
+
+    def train_forward_backward(self) -> float:
+        g = torch.Generator().manual_seed(self.step)
+        tokens = torch.randint(0, self.config.spec.vocab_size, (2, 64), generator=g).cuda()
+        self.model.train()
+        loss = self._forward(tokens, labels=tokens).float().mean()
+        loss.backward()
+        self.model.zero_grad(set_to_none=True)
+        self._fresh = True
+        return float(loss)
+
+    def fp8_forward_weights(self) -> dict:
+        """Megatron-named codes + `_scale_inv` (wire grid) from TE's own quantized tensors; BF16 elsewhere."""
+        if not self._fresh:
+            with torch.no_grad():
+                self.model.eval()
+                self._forward(torch.zeros(1, 64, dtype=torch.long, device="cuda"))
+            self._fresh = True
+        params = dict(self.model.named_parameters())
+        out, source = {}, {}
+        for mname, mod in self.model.named_modules():
+            ws = getattr(mod, "_fp8_workspaces", None) or {}
+            for key, t in ws.items():
+                if not key.startswith("weight") or getattr(t, "_rowwise_data", None) is None:
+                    continue
+                pname = f"{mname}.{key}"
+                if pname in self.layout.fp8_megatron:
+                    out[pname], out[scale_name(pname)] = self._from_te(t, params[pname].shape)
+                    source[pname] = "workspace"
+        for n, p in params.items():
+            if n in out:
+                continue
+            if n in self.layout.fp8_megatron:
+                if getattr(p, "_rowwise_data", None) is not None:     # persistent FP8 parameter
+                    out[n], out[scale_name(n)] = self._from_te(p, p.shape)
+                    source[n] = "fp8_param"
+                else:
+                    raise RuntimeError(f"{n}: no FP8 weight found in Transformer Engine's workspaces")
+            else:
+                out[n] = p.detach().to(torch.bfloat16).cpu()
+        self.sources = source
+        return out
+
+    @staticmethod
+    def _from_te(t, shape):
+        codes = t._rowwise_data.view(torch.float8_e4m3fn).reshape(shape).cpu()
+        return codes, te_to_wire(t._rowwise_scale_inv.cpu(), tuple(shape), block_dim=2)
+
+    def export_hf(self) -> dict:
+        return self.layout.megatron_to_hf(self.fp8_forward_weights())
+
+    def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
+        out = []
+        with torch.no_grad():
+            self.model.eval()
+            for p in prompts:
+                n = len(p)
+                padded = p + [0] * ((-n) % 64)         # FP8 GEMMs want token counts in multiples of 16
+                logits = self._forward(torch.tensor([padded], device="cuda"))
+                lp = logits[0, : n - 1].float().log_softmax(-1)
+                out.append(lp.gather(-1, torch.tensor(p[1:], device="cuda")[:, None])[:, 0].double().cpu())
+            self._fresh = True
+        return out
