@@ -1,0 +1,75 @@
+"""`fp8check live` (GPU): real Megatron-Core/TE trainer + real vLLM, checked syncs, probes, live faults."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from rich.table import Table
+
+from .report import console
+
+
+def run(args) -> int:
+    from . import UsageError, build_config
+    config = build_config(args)
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError("live needs an NVIDIA GPU with vLLM, Transformer Engine, Megatron-Core and Ray installed "
+                             "(pip install '.[gpu]'); use `fp8check faults` / `snapshot` on CPU")
+        import ray  # noqa: F401
+        import vllm  # noqa: F401
+    except ImportError as e:
+        raise UsageError(f"live needs the GPU extras ({e.name} is not installed): pip install '.[gpu]'") from None
+    if not config.spec.live:
+        raise UsageError(f"--model {config.model}: CPU reference only (vLLM 0.26 serves Qwen3.5 only as a multimodal "
+                         f"model); live models: tiny-dense, tiny-moe")
+    from faults import FAULTS
+    from e2e.live import LIVE_FAULTS, ENGINE_FAULTS, run_live
+    names = list(LIVE_FAULTS) + list(ENGINE_FAULTS) if args.faults == ["all"] else (args.faults or [])
+    for n in names:
+        if n not in FAULTS:
+            raise UsageError(f"--faults {n}: unknown fault; `fp8check faults --list` shows them")
+    workdir = args.workdir or tempfile.mkdtemp(prefix="fp8check-live-")
+    report = run_live(config, args.steps, workdir, names, probes=not args.no_probes, fp8_source=args.trainer)
+    out = args.out or os.path.join(workdir, "live.json")
+    with open(out, "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    ok = all(not s["fired"] and not s["unknown"] for s in report["syncs"]) and \
+        all(f["verdict"] in ("caught", "n/a") for f in report["faults"])
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+    else:
+        t = Table(title=f"fp8check live: {config.model}, {config.recipe.name} (engines up in {report['start_seconds']} s)")
+        for c in ("sync", "fired", "unknown", "fetched", "probe mean|dlogprob|", "seconds"):
+            t.add_column(c)
+        for s in report["syncs"]:
+            p = s.get("probes") or {}
+            t.add_row(s["label"], ",".join(s["fired"]) or "-", ",".join(s["unknown"]) or "-",
+                      f"{s['fetched_params']}/{s['params']}", f"{p['mean_abs_dlogprob']:.2e}" if p else "",
+                      " ".join(f"{k}={v}" for k, v in s["seconds"].items()))
+        con = console()
+        con.print(t)
+        if report["faults"]:
+            ft = Table(title="live fault injection")
+            for c in ("fault", "must trip", "fired", "verdict"):
+                ft.add_column(c)
+            for f in report["faults"]:
+                ft.add_row(f["fault"], ",".join(f.get("must_trip", [])), ",".join(f.get("fired", [])), f["verdict"])
+            con.print(ft)
+        con.print(f"{'OK' if ok else 'FAILED'}; report written to {out}")
+    return 0 if ok else 1
+
+
+def register(sub, cfg_args):
+    p = sub.add_parser("live", help="(GPU) trainer + vLLM, checked syncs, probes and live faults")
+    cfg_args(p, model_default="tiny-dense")
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--faults", nargs="*", help="fault names, or 'all' for every live-injectable fault")
+    p.add_argument("--trainer", choices=["megatron", "cpu-reference"], default="megatron")
+    p.add_argument("--no-probes", action="store_true")
+    p.add_argument("--workdir")
+    p.add_argument("--out", help="JSON report path")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=run)
