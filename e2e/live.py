@@ -73,9 +73,9 @@ class LiveSession:
 
     def __init__(self, config: SyncConfig, workdir: str, trainer=None, rollout=None, ignored_layers=None,
                  fp8_source: str = "megatron", ray_module=None):
+        from harness.ray_workers import RayWire, rollout_actor, trainer_actor
         if ray_module is None:
-            import ray as ray_module
-        from harness.ray_workers import rollout_actor, trainer_actor
+            ray_module = RayWire
         ray = self.ray = ray_module
         self.config = config
         t0 = time.perf_counter()

@@ -11,6 +11,84 @@ import os
 from .config import SyncConfig
 
 
+# -- the wire between driver and workers -------------------------------------------------------------------------
+# Ray's own torch serializer breaks on some dtypes / torch versions (seen with torch 2.11: "UntypedStorage has
+# no attribute dtype"), so tensors cross as (dtype, shape, uint8 numpy bytes) and are rebuilt bit for bit.
+def encode(obj):
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return ("__tensor__", str(obj.dtype).removeprefix("torch."), tuple(obj.shape),
+                obj.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy())
+    if isinstance(obj, dict):
+        return {k: encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(encode(v) for v in obj)
+    return obj
+
+
+def decode(obj):
+    import torch
+    if isinstance(obj, tuple) and len(obj) == 4 and obj[0] == "__tensor__":
+        _, dt, shape, data = obj
+        return torch.from_numpy(data.copy()).view(getattr(torch, dt)).reshape(shape)
+    if isinstance(obj, dict):
+        return {k: decode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(decode(v) for v in obj)
+    return obj
+
+
+def _wire(cls):
+    """Worker methods take and return wire-encoded values."""
+    for name, fn in list(vars(cls).items()):
+        if callable(fn) and not name.startswith("_"):
+            def method(self, *a, _fn=fn, **k):
+                return encode(_fn(self, *decode(a), **decode(k)))
+            method.__name__ = name
+            setattr(cls, name, method)
+    return cls
+
+
+class WireRef:
+    def __init__(self, ref):
+        self.ref = ref
+
+
+class ActorProxy:
+    """Driver-side handle: `proxy.method.remote(*args)` encodes the arguments; `RayWire.get` decodes."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __getattr__(self, name):
+        m = getattr(self.handle, name)
+
+        class _M:
+            @staticmethod
+            def remote(*a, **k):
+                return WireRef(m.remote(*encode(a), **encode(k)))
+        return _M
+
+
+class RayWire:
+    """`ray`-shaped: get() decodes worker results."""
+
+    @staticmethod
+    def get(x):
+        import ray
+        if isinstance(x, WireRef):
+            return decode(ray.get(x.ref))
+        if isinstance(x, list):
+            return [RayWire.get(v) for v in x]
+        return ray.get(x)
+
+    @staticmethod
+    def shutdown():
+        import ray
+        ray.shutdown()
+
+
+@_wire
 class TrainerWorker:
     def __init__(self, config: dict, fp8_source: str = "megatron"):
         import torch
@@ -50,6 +128,7 @@ class TrainerWorker:
         return self.t.logprobs(prompts)
 
 
+@_wire
 class RolloutWorker:
     def __init__(self, config: dict, workdir: str, ignored_layers=None, gpu_memory_utilization: float = 0.12):
         self.config = SyncConfig.from_dict(config)
@@ -102,12 +181,12 @@ def start_ray(num_gpus: int | None = None):
 def trainer_actor(config: SyncConfig, num_gpus: float = 0.3, fp8_source: str = "megatron"):
     ray = start_ray()
     from .engines.te_megatron import trainer_env
-    return ray.remote(num_gpus=num_gpus, runtime_env={"env_vars": trainer_env(config)})(TrainerWorker).remote(
-        config.to_dict(), fp8_source)
+    return ActorProxy(ray.remote(num_gpus=num_gpus, runtime_env={"env_vars": trainer_env(config)})(TrainerWorker).remote(
+        config.to_dict(), fp8_source))
 
 
 def rollout_actor(config: SyncConfig, workdir: str, num_gpus: float = 0.3, ignored_layers=None):
     ray = start_ray()
     from .engines.vllm import engine_env
-    return ray.remote(num_gpus=num_gpus, runtime_env={"env_vars": engine_env(config)})(RolloutWorker).remote(
-        config.to_dict(), workdir, ignored_layers)
+    return ActorProxy(ray.remote(num_gpus=num_gpus, runtime_env={"env_vars": engine_env(config)})(RolloutWorker).remote(
+        config.to_dict(), workdir, ignored_layers))

@@ -46,7 +46,7 @@ class SyncResult:
 
 def _same_bits(a, b) -> bool:
     return b is not None and a.shape == b.shape and a.dtype == b.dtype and torch.equal(
-        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
 def payload_snapshot(payload: Payload, report: ReceiveReport | None = None) -> Snapshot:

@@ -20,10 +20,10 @@ def record(name: str, **data):
 
 @pytest.fixture(scope="session")
 def ray_session():
-    from harness.ray_workers import start_ray
-    ray = start_ray()
-    yield ray
-    ray.shutdown()
+    from harness.ray_workers import RayWire, start_ray
+    start_ray()
+    yield RayWire
+    RayWire.shutdown()
 
 
 @pytest.fixture(scope="session")

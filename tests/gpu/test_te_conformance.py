@@ -36,7 +36,7 @@ CASES = [(s, d, kind) for s in SHAPES for d in (torch.bfloat16, torch.float32, t
 
 
 def _bits_equal(a, b):
-    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+    return a.shape == b.shape and torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
 @pytest.mark.parametrize("pow2", [False, True], ids=["fp32", "pow2"])
@@ -58,8 +58,9 @@ def test_blockwise_quantizer_matches_transformer_engine(pow2, eps, block_dim):
             qt, st = quantize_blockwise(x.t().contiguous(), block, pow2=pow2, amax_epsilon=eps)
             ok = ok and _bits_equal(ccodes, qt) and _bits_equal(cs.t().contiguous() if cs.shape != st.shape else cs, st)
         if not ok:
-            dc = int((codes.view(torch.uint8) != q.view(torch.uint8)).sum()) if codes.shape == q.shape else -1
-            ds = int((s.view(torch.int32) != sr.view(torch.int32)).sum()) if s.shape == sr.shape else -1
+            dc = int((codes.reshape(-1).view(torch.uint8) != q.reshape(-1).view(torch.uint8)).sum()) \
+                if codes.shape == q.shape else -1
+            ds = int((s.reshape(-1).view(torch.int32) != sr.reshape(-1).view(torch.int32)).sum()) if s.shape == sr.shape else -1
             bad.append({"shape": shape, "dtype": str(dtype), "kind": kind, "codes_differ": dc, "scales_differ": ds,
                         "te_scale_shape": list(s.shape), "ref_scale_shape": list(sr.shape)})
     record("te_quantizer_conformance", pow2=pow2, eps=eps, block_dim=block_dim, cases=n, mismatching=bad[:10],

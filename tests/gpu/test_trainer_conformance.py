@@ -32,11 +32,11 @@ def test_megatron_fp8_weights_match_reference(ray_session, trainer, model, recip
     for n, t in exp.items():
         g = live.get(n)
         if g is None or g.shape != t.shape or g.dtype != t.dtype or not torch.equal(
-                g.contiguous().view(torch.uint8), t.contiguous().view(torch.uint8)):
+                g.contiguous().reshape(-1).view(torch.uint8), t.contiguous().reshape(-1).view(torch.uint8)):
             diff.append({"tensor": n, "live": None if g is None else [list(g.shape), str(g.dtype)],
                          "ref": [list(t.shape), str(t.dtype)],
                          "differing": None if g is None or g.shape != t.shape else
-                         int((g.contiguous().view(torch.uint8) != t.contiguous().view(torch.uint8)).sum())})
+                         int((g.contiguous().reshape(-1).view(torch.uint8) != t.contiguous().reshape(-1).view(torch.uint8)).sum())})
     record("megatron_trainer_conformance", model=model, recipe=recipe, fp8_param=fp8_param, tensors=len(exp),
            differing=len(diff), first=diff[:8], loss=info.get("loss"), sources=sorted(set(info["sources"].values())))
     assert info.get("loss") is not None and info["loss"] == info["loss"], "the FP8 forward/backward did not run"

@@ -46,8 +46,8 @@ def test_installed_state_matches_reference(ray_session, engine, name):
         a, b = live[n], ref[n]
         if a.shape != b.shape or a.dtype != b.dtype:
             diff.append({"param": n, "live": [list(a.shape), str(a.dtype)], "ref": [list(b.shape), str(b.dtype)]})
-        elif not torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)):
-            ne = (a.contiguous().view(torch.uint8) != b.contiguous().view(torch.uint8))
+        elif not torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)):
+            ne = (a.contiguous().reshape(-1).view(torch.uint8) != b.contiguous().reshape(-1).view(torch.uint8))
             diff.append({"param": n, "differing_bytes": int(ne.sum()), "of": ne.numel()})
     pp = meta["updates"][-1]["post_process"]
     record("vllm_installed_state", engine=name, params=len(live), only_live=only_live, only_ref=only_ref,
