@@ -20,7 +20,12 @@ from harness.sync.payload import build_payload
 from harness.sync.session import payload_snapshot
 from harness.sync.transport import pack, unpack
 from invariants import CheckContext, FAIL, UNKNOWN, run_catalog
-from invariants.probes import PROMPTS, probe_metrics
+from invariants.probes import PROMPTS, calibrated_bounds, probe_metrics
+
+
+def _with_bounds(ctx, bounds):
+    ctx.probe_bounds = bounds
+    return ctx
 
 
 def expected_engine_state(config: SyncConfig, trainer_hf: dict) -> dict:
@@ -86,6 +91,7 @@ class LiveSession:
         self.start_seconds = time.perf_counter() - t0
         self.version = ray.get(self.trainer.info.remote())["step"]
         self.previous_hf = None
+        self.probe_bounds = None
 
     def step(self) -> int:
         self.previous_hf = self.ray.get(self.trainer.export_hf.remote())
@@ -154,12 +160,20 @@ class LiveSession:
             metrics = probe_metrics(lt, lr)
             ctx.probes = metrics
             t["probes"] = time.perf_counter() - t3
+        ctx.probe_bounds = self.probe_bounds
         t4 = time.perf_counter()
         findings = run_catalog(ctx, ids=check_ids)
+        if probes and self.probe_bounds is None and fault is None and not naive and \
+                not {f.invariant_id for f in findings if f.verdict == FAIL and f.invariant_id != "P1"}:
+            # the first verified on-policy pass calibrates the probe bounds for this model and engine pair
+            self.probe_bounds = calibrated_bounds(metrics)
+            findings = [f for f in findings if f.invariant_id != "P1"] + run_catalog(
+                _with_bounds(ctx, self.probe_bounds), ids=["P1"])
         t["checks"] = time.perf_counter() - t4
         out = SyncOutcome(label, self.version, findings, len(mismatch), len(got), {k: round(v, 3) for k, v in t.items()},
                           None if res["ok"] else res["error"], metrics)
         out.extra["mismatching_params"] = mismatch[:20]
+        out.extra["probe_bounds"] = self.probe_bounds
         return out
 
     def kernel_state(self) -> dict:

@@ -17,8 +17,8 @@ from .config import SyncConfig
 def encode(obj):
     import torch
     if isinstance(obj, torch.Tensor):
-        return ("__tensor__", str(obj.dtype).removeprefix("torch."), tuple(obj.shape),
-                obj.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy())
+        from .formats.bytes import as_bytes
+        return ("__tensor__", str(obj.dtype).removeprefix("torch."), tuple(obj.shape), as_bytes(obj.cpu()).numpy())
     if isinstance(obj, dict):
         return {k: encode(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -39,6 +39,7 @@ class CheckContext:
     rollout: Snapshot | None = None      # what the sampler's kernels read, vLLM names (+ meta)
     master: Snapshot | None = None       # trainer high-precision masters, HF names
     probes: dict | None = None           # policy-probe metrics (P family)
+    probe_bounds: dict | None = None     # P bounds calibrated on a verified pass (default: field thresholds)
 
     @cached_property
     def trainer_values(self) -> dict:

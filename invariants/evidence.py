@@ -6,13 +6,11 @@ import torch
 from harness.layouts import Piece, rank_name
 
 
+from harness.formats.bytes import as_bytes, bits_equal  # noqa: F401  (re-exported for the checks)
+
+
 def _elem_bytes(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().contiguous()
-    return t.reshape(-1).view(torch.uint8).reshape(t.numel(), t.element_size())
-
-
-def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_elem_bytes(a), _elem_bytes(b))
+    return as_bytes(t).reshape(t.numel(), t.element_size())
 
 
 def bit_diff(a: torch.Tensor, b: torch.Tensor) -> dict | None:

@@ -101,6 +101,9 @@ def s1_coverage(ctx: CheckContext):
                 idx = [int(i) for i in m.nonzero()[0]]
                 out.append(fail("S1", k, "poisoned destination survived the sync (no sync wrote these elements)",
                                 stage="engine", index=idx, count=int(m.sum()), total=m.numel()))
+    for k in ctx.rollout.meta.get("unmaterialized", []):
+        out.append(fail("S1", k, "engine parameter left on the meta device by the reload (never materialized: the "
+                                 "kernels have no weights here)", stage="engine"))
     ups = ctx.rollout.meta.get("updates")
     if ups:
         last = ups[-1]

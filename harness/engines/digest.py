@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from ..formats.bytes import as_bytes
+
 SEEDS = (0x9E3779B97F4A7C15 & 0x7FFFFFFF, 0xC2B2AE3D27D4EB4F & 0x7FFFFFFF)
 _MULT: dict = {}
 
@@ -23,7 +25,9 @@ def _multipliers(n: int, seed: int, device) -> torch.Tensor:
 
 
 def device_digest(t: torch.Tensor, seeds=SEEDS) -> tuple:
-    b = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    if t.is_meta:
+        return ("meta", str(t.dtype).removeprefix("torch."), tuple(t.shape))
+    b = as_bytes(t)
     pad = (-b.numel()) % 4
     if pad:
         b = torch.cat([b, torch.zeros(pad, dtype=torch.uint8, device=b.device)])

@@ -97,19 +97,24 @@ def _w_counts(self) -> tuple:
 
 
 def _w_info(self) -> dict:
-    return {n: {"shape": list(p.shape), "dtype": str(p.dtype).removeprefix("torch."), "ptr": p.data_ptr()}
+    return {n: {"shape": list(p.shape), "dtype": str(p.dtype).removeprefix("torch."),
+                "ptr": None if p.is_meta else p.data_ptr(), "meta": p.is_meta}
             for n, p in _w_params(self).items()}
 
 
 def _w_read(self, names=None) -> dict:
+    """Parameters as the kernels read them; a parameter left on the meta device (never materialized by a
+    reload) has no bytes and is left out (metadata lists it as unmaterialized)."""
     ps = _w_params(self)
-    return {n: p.detach().to("cpu", copy=True) for n, p in ps.items() if names is None or n in names}
+    return {n: p.detach().to("cpu", copy=True) for n, p in ps.items()
+            if (names is None or n in names) and not p.is_meta}
 
 
 def _w_poison(self):
     with torch.no_grad():
         for p in _w_params(self).values():
-            p.data.view(torch.uint8).fill_(SENTINEL)
+            if not p.is_meta and p.numel():
+                p.data.reshape(-1).view(torch.uint8).fill_(SENTINEL)
     return True
 
 
@@ -232,6 +237,8 @@ class VLLMEngine:
             "settings": engine_env(self.config),
             "param_dtypes": {rank_name(n, r, self.tp): i["dtype"] for r, inf in enumerate(info) for n, i in inf.items()},
             "storage_moved": sorted(n for n in ptrs if ptrs[n] != self.ptrs_at_start.get(n)),
+            "unmaterialized": sorted(rank_name(n, r, self.tp) for r, inf in enumerate(info) for n, i in inf.items()
+                                     if i.get("meta")),
             "versions": {rank_name(n, r, self.tp): sorted(v for v in vs if v is not None)
                          for r in range(self.tp) for n, vs in self.versions[r].items()},
             "updates": list(self.updates), "generations": list(self.generations),

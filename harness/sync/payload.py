@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..config import SyncConfig
+from ..formats.bytes import as_bytes
 from ..layouts import is_scale_name, scale_name, weight_of_scale
 
 ROLE_FP8, ROLE_SCALE, ROLE_HP = "fp8", "scale", "hp"
@@ -31,7 +32,7 @@ def parse_dtype(name: str) -> torch.dtype:
 
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
-    return t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return as_bytes(t.cpu()).numpy().tobytes()
 
 
 def tensor_digest(t: torch.Tensor) -> str:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch
-
 from ..config import SyncConfig
+from ..formats.bytes import bits_equal
 from ..snapshot.model import Snapshot
 
 from .payload import Payload, build_payload
@@ -45,8 +44,7 @@ class SyncResult:
 
 
 def _same_bits(a, b) -> bool:
-    return b is not None and a.shape == b.shape and a.dtype == b.dtype and torch.equal(
-        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+    return b is not None and bits_equal(a, b)
 
 
 def payload_snapshot(payload: Payload, report: ReceiveReport | None = None) -> Snapshot:

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from harness.formats.bytes import as_bytes
 from harness.formats import quantize_blockwise
 
 from .conftest import record
@@ -36,7 +37,7 @@ CASES = [(s, d, kind) for s in SHAPES for d in (torch.bfloat16, torch.float32, t
 
 
 def _bits_equal(a, b):
-    return a.shape == b.shape and torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+    return a.shape == b.shape and torch.equal(as_bytes(a), as_bytes(b))
 
 
 @pytest.mark.parametrize("pow2", [False, True], ids=["fp32", "pow2"])
@@ -58,9 +59,8 @@ def test_blockwise_quantizer_matches_transformer_engine(pow2, eps, block_dim):
             qt, st = quantize_blockwise(x.t().contiguous(), block, pow2=pow2, amax_epsilon=eps)
             ok = ok and _bits_equal(ccodes, qt) and _bits_equal(cs.t().contiguous() if cs.shape != st.shape else cs, st)
         if not ok:
-            dc = int((codes.reshape(-1).view(torch.uint8) != q.reshape(-1).view(torch.uint8)).sum()) \
-                if codes.shape == q.shape else -1
-            ds = int((s.reshape(-1).view(torch.int32) != sr.reshape(-1).view(torch.int32)).sum()) if s.shape == sr.shape else -1
+            dc = int((as_bytes(codes) != as_bytes(q)).sum()) if codes.shape == q.shape else -1
+            ds = int((as_bytes(s) != as_bytes(sr)).sum()) if s.shape == sr.shape else -1
             bad.append({"shape": shape, "dtype": str(dtype), "kind": kind, "codes_differ": dc, "scales_differ": ds,
                         "te_scale_shape": list(s.shape), "ref_scale_shape": list(sr.shape)})
     record("te_quantizer_conformance", pow2=pow2, eps=eps, block_dim=block_dim, cases=n, mismatching=bad[:10],

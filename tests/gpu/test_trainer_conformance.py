@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from harness.formats.bytes import as_bytes
 from faults.matrix import clean_config
 from harness.engines.cpu.trainer import ReferenceTrainer
 
@@ -32,11 +33,11 @@ def test_megatron_fp8_weights_match_reference(ray_session, trainer, model, recip
     for n, t in exp.items():
         g = live.get(n)
         if g is None or g.shape != t.shape or g.dtype != t.dtype or not torch.equal(
-                g.contiguous().reshape(-1).view(torch.uint8), t.contiguous().reshape(-1).view(torch.uint8)):
+                as_bytes(g), as_bytes(t)):
             diff.append({"tensor": n, "live": None if g is None else [list(g.shape), str(g.dtype)],
                          "ref": [list(t.shape), str(t.dtype)],
                          "differing": None if g is None or g.shape != t.shape else
-                         int((g.contiguous().reshape(-1).view(torch.uint8) != t.contiguous().reshape(-1).view(torch.uint8)).sum())})
+                         int((as_bytes(g) != as_bytes(t)).sum())})
     record("megatron_trainer_conformance", model=model, recipe=recipe, fp8_param=fp8_param, tensors=len(exp),
            differing=len(diff), first=diff[:8], loss=info.get("loss"), sources=sorted(set(info["sources"].values())))
     assert info.get("loss") is not None and info["loss"] == info["loss"], "the FP8 forward/backward did not run"

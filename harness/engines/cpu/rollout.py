@@ -27,6 +27,7 @@ from functools import lru_cache
 import torch
 
 from ...config import SyncConfig, matches_any
+from ...formats.bytes import as_bytes
 from ..vllm_numerics import post_load_requant, vllm_online_quant
 from ...layouts import Piece, disassemble, is_scale_name, rank_name, scale_name, weight_of_scale
 from ...models import LINEAR
@@ -51,8 +52,7 @@ def _dummy(shape: tuple, dtype: torch.dtype, seed: int) -> torch.Tensor:
 
 def is_sentinel(t: torch.Tensor) -> torch.Tensor:
     """Elementwise: every byte of the element is the poison byte."""
-    b = t.detach().contiguous().view(torch.uint8).reshape(*t.shape, t.element_size()) if t.dim() else \
-        t.detach().reshape(1).view(torch.uint8)
+    b = as_bytes(t).reshape(*t.shape, t.element_size())
     return (b == SENTINEL).all(-1)
 
 
@@ -308,7 +308,7 @@ class ReferenceRollout:
         """Test mode before a sync: every destination byte set to the sentinel (S1 proves none survives)."""
         for params in self.params:
             for t in params.values():
-                t.view(torch.uint8).fill_(SENTINEL)
+                t.reshape(-1).view(torch.uint8).fill_(SENTINEL)
 
     # -- serving ---------------------------------------------------------------------------------------------------
     def hf_weights(self, tensors: list[dict[str, torch.Tensor]] | None = None) -> Weights:
