@@ -137,7 +137,8 @@ class LiveSession:
         got = ray.get(self.rollout.device_digests.remote(SEEDS))
         mismatch = sorted(k for k in got if got[k] != (device_digest(expected[k], SEEDS) if k in expected else None))
         fetched = ray.get(self.rollout.kernel_tensors.remote(mismatch)) if mismatch else {}
-        tensors = {k: fetched[k] if k in mismatch else expected[k] for k in got}
+        # a mismatching parameter with no bytes (left on the meta device) stays out; metadata names it (S1)
+        tensors = {k: fetched[k] if k in mismatch else expected[k] for k in got if k not in mismatch or k in fetched}
         meta = ray.get(self.rollout.metadata.remote())
         meta["errors"] = [] if res["ok"] else [res["error"]]
         meta["version"] = self.version
