@@ -14,11 +14,17 @@ def fp8_gemm_multiple(recipe: Recipe | None) -> int:
 
 
 def packed_pad_multiple(tp: int, cp: int, recipe: Recipe | None) -> int:
-    """Token count a packed batch is padded to: a multiple of TP (sequence parallel splits tokens over TP
-    ranks), of 2*CP when CP > 1 (load-balanced context parallel cuts each sequence into 2*CP chunks), and of
-    the FP8 GEMM multiple when activations are FP8."""
-    m = tp * (2 * cp if cp > 1 else 1)
-    return lcm(m, fp8_gemm_multiple(recipe))
+    """Token count a packed batch is padded to. FP8 (SkyRL's rule, skyrl/train/utils/packing_utils.py):
+    MXFP8 32*TP*CP; blockwise 128*TP*CP when TP > 1 (each sequence-parallel shard must hold whole 128-row
+    activation blocks), else 16*CP. Without FP8: a multiple of TP (sequence parallel). Load-balanced context
+    parallel cuts each sequence into 2*CP chunks, so the result is also a multiple of 2*CP."""
+    if recipe is None:
+        m = tp
+    elif recipe.granularity == "mxfp8":
+        m = 32 * tp * cp
+    else:
+        m = (128 * tp if tp > 1 else 16) * cp
+    return lcm(m, 2 * cp) if cp > 1 else m
 
 
 def pad_to(n: int, multiple: int) -> int:

@@ -210,6 +210,49 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+def register_model(spec: ModelSpec) -> ModelSpec:
+    """Make a model (e.g. one read from a checkpoint's config.json) available by name to SyncConfig."""
+    MODELS[spec.name] = spec
+    return spec
+
+
+def spec_from_hf_config(cfg: dict, name: str) -> ModelSpec:
+    """A ModelSpec with the dims of an HF config.json (Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3-Next-style),
+    for alignment and exclusion rules. Raises ModelError naming the missing key."""
+    cfg = cfg.get("text_config", cfg)
+
+    def need(key):
+        if key not in cfg:
+            raise ModelError(f"{name}: config.json has no {key!r}")
+        return cfg[key]
+    H, heads = int(need("hidden_size")), int(need("num_attention_heads"))
+    n_layers = int(need("num_hidden_layers"))
+    kw = dict(vocab_size=int(cfg.get("vocab_size", 32000)), hidden_size=H, num_layers=n_layers, num_heads=heads,
+              num_kv_heads=int(cfg.get("num_key_value_heads", heads)),
+              head_dim=int(cfg.get("head_dim") or H // heads), intermediate_size=int(cfg.get("intermediate_size", 4 * H)),
+              qk_norm=str(cfg.get("model_type", "")).startswith("qwen3"), rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)))
+    excl: list[str] = []
+    experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
+    if experts:
+        kw.update(num_experts=experts, top_k=int(cfg.get("num_experts_per_tok", 2)),
+                  moe_intermediate_size=int(cfg.get("moe_intermediate_size") or kw["intermediate_size"]),
+                  shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0))
+        excl += ["mlp.gate", "mlp.shared_expert_gate"]
+    if cfg.get("layer_types"):
+        lt = tuple(cfg["layer_types"])
+        if "linear_attention" in lt:
+            kd, vd = int(cfg.get("linear_key_head_dim", 128)), int(cfg.get("linear_value_head_dim", 128))
+            if kd != vd:
+                raise ModelError(f"{name}: linear_key_head_dim {kd} != linear_value_head_dim {vd} is not modelled")
+            kw.update(layer_types=lt, linear_num_k_heads=int(cfg.get("linear_num_key_heads", 16)),
+                      linear_num_v_heads=int(cfg.get("linear_num_value_heads", 32)), linear_head_dim=kd,
+                      linear_conv_kernel=int(cfg.get("linear_conv_kernel_dim", 4)))
+            excl += ["linear_attn.in_proj_a", "linear_attn.in_proj_b"]
+        kw["attn_output_gate"] = bool(cfg.get("attn_output_gate", "linear_attention" in lt))
+    arch = (cfg.get("architectures") or ["unknown"])[0]
+    return ModelSpec(name, arch, str(cfg.get("model_type", "unknown")), default_exclude=tuple(excl), live=False, **kw)
+
+
 def get_model(name: str) -> ModelSpec:
     if name not in MODELS:
         raise ModelError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}")
