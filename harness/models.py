@@ -237,7 +237,7 @@ def spec_from_hf_config(cfg: dict, name: str) -> ModelSpec:
         kw.update(num_experts=experts, top_k=int(cfg.get("num_experts_per_tok", 2)),
                   moe_intermediate_size=int(cfg.get("moe_intermediate_size") or kw["intermediate_size"]),
                   shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0))
-        excl += ["mlp.gate", "mlp.shared_expert_gate"]
+        excl += ["mlp.gate"] + (["mlp.shared_expert_gate"] if kw["shared_expert_intermediate_size"] else [])
     if cfg.get("layer_types"):
         lt = tuple(cfg["layer_types"])
         if "linear_attention" in lt:

@@ -444,8 +444,7 @@ def s7_lifecycle(ctx: CheckContext):
         last = ups[-1]
         pp = last.get("post_process", {})
         for mod in sorted(set(last.get("completed", [])) | set(last.get("partial", []))):
-            _, m = split_rank_name(mod)
-            c = pp.get(m, 0)
+            c = pp.get(mod, pp.get(split_rank_name(mod)[1], 0))
             if c != 1:
                 what = "skipped" if c == 0 else f"ran {c} times"
                 out.append(fail("S7", mod, f"post-load processing {what} (must run exactly once per update)",

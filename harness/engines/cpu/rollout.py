@@ -181,11 +181,13 @@ class ReferenceRollout:
         return {rank_name(n, r, self.tp): t.data_ptr() for r, ps in enumerate(self.params) for n, t in ps.items()}
 
     # -- post-load processing ------------------------------------------------------------------------------------
-    def _post_process(self, module: str, staged: dict[str, torch.Tensor], record: UpdateRecord | None):
-        """One module's `process_weights_after_loading`: checkpoint format -> kernel format (in `staged`)."""
+    def _post_process(self, module: str, staged: dict[str, torch.Tensor], record: UpdateRecord | None,
+                      key: str | None = None):
+        """One module's `process_weights_after_loading`: checkpoint format -> kernel format (in `staged`).
+        `key`: the module's per-rank name in the update record."""
         for _ in range(self.post_process_repeats):
             if record is not None:
-                record.post_process[module] += 1
+                record.post_process[key or module] += 1
             if module not in self.fp8_modules:
                 continue
             wname = next(n for n in staged if not is_scale_name(n))
@@ -297,7 +299,7 @@ class ReferenceRollout:
         rec.completed = sorted(rec.completed)
 
     def _finish(self, rank: int, mod: str, staged: dict[str, torch.Tensor], rec: UpdateRecord):
-        self._post_process(mod, staged, rec)
+        self._post_process(mod, staged, rec, rank_name(mod, rank, self.tp))
         for n, t in staged.items():
             if self.detach_on_install:                   # a write into a fresh tensor, not the captured storage
                 self.params[rank][n] = t.to(self.params[rank][n].dtype).clone()
