@@ -69,7 +69,7 @@ class SyncConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
     packing: PackingConfig = field(default_factory=PackingConfig)
-    gpu_arch: str = "sm90"           # sm90 (Hopper) | sm100 (Blackwell) | ...
+    gpu_arch: str = "auto"           # sm90 (Hopper) | sm100 (Blackwell) | auto: the arch the recipe runs on
     lora_rank: int = 0
     lora_merge: bool = True          # False: adapter-only weight sync
     seed: int = 0
@@ -135,6 +135,12 @@ class SyncConfig:
         if t.amax_epsilon is not None:
             ch["amax_epsilon"] = t.amax_epsilon
         return replace(self.recipe, **ch)
+
+    @property
+    def arch(self) -> str:
+        if self.gpu_arch == "auto":
+            return "sm100" if self.recipe.granularity == "mxfp8" else "sm90"
+        return self.gpu_arch
 
     @property
     def deep_gemm_e8m0(self) -> bool:

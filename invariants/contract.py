@@ -59,11 +59,11 @@ def c2_e8m0(ctx: CheckContext):
            "on sm100+ blockwise FP8 runs through MXFP8-style kernels: scales must be powers of two (pow2 / e8m0)",
            live=False)
 def c3_blackwell(ctx: CheckContext):
-    cfg, major = ctx.config, _arch_major(ctx.config.gpu_arch)
+    cfg, major = ctx.config, _arch_major(ctx.config.arch)
     if major is None:
-        return [unknown("C3", f"gpu_arch {cfg.gpu_arch!r} not understood (expected smNN)")]
+        return [unknown("C3", f"gpu_arch {cfg.gpu_arch!r} not understood (expected smNN or auto)")]
     if major >= 10 and cfg.recipe.scale_format == "fp32":
-        return [fail("C3", None, f"{cfg.gpu_arch} with FP32 block scales; use recipe blockwise-pow2 "
+        return [fail("C3", None, f"{cfg.arch} with FP32 block scales; use recipe blockwise-pow2 "
                      "(NVTE_FP8_BLOCK_SCALING_FP32_SCALES=0) or mxfp8", key="recipe")]
     return []
 
@@ -85,9 +85,9 @@ def c4_fp8_param(ctx: CheckContext):
 @invariant("C5", "contract", "MXFP8 needs sm100",
            "the mxfp8 recipe (1x32 blocks, E8M0 scales) needs Blackwell (sm100+) kernels", live=False)
 def c5_mxfp8(ctx: CheckContext):
-    cfg, major = ctx.config, _arch_major(ctx.config.gpu_arch)
+    cfg, major = ctx.config, _arch_major(ctx.config.arch)
     if cfg.recipe.granularity == "mxfp8" and major is not None and major < 10:
-        return [fail("C5", None, f"mxfp8 on {cfg.gpu_arch}: no MXFP8 GEMMs below sm100; use blockwise-fp32 on "
+        return [fail("C5", None, f"mxfp8 on {cfg.arch}: no MXFP8 GEMMs below sm100; use blockwise-fp32 on "
                      "Hopper", key="recipe")]
     return []
 

@@ -27,3 +27,12 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+# Hypothesis: CI runs derandomized (reproducible); locally full randomness.
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

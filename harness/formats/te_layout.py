@@ -22,8 +22,8 @@ def wire_to_te(scale_inv: torch.Tensor, block_dim: int = 2, columnwise: bool = F
     s = scale_inv
     if block_dim == 2 and columnwise:
         s = s.t()
-    elif block_dim == 1:
-        s = s.t()                     # [gK, N] rowwise; columnwise grids arrive already transposed
+    elif block_dim == 1 and not columnwise:
+        s = s.t()                     # rowwise 1D scales are stored [gK, N]; columnwise ones [gN, K] as given
     rows, cols = s.shape
     out = torch.zeros((rows, _roundup(cols)), dtype=s.dtype, device=s.device)
     out[:, :cols] = s

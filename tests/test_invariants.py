@@ -1,0 +1,84 @@
+"""The checker core: three-valued verdicts, check-safe, the catalog and its coverage by faults."""
+import json
+
+import pytest
+
+import faults
+from faults.matrix import clean_config
+from harness.cli import main
+from harness.snapshot import Snapshot
+from harness.sync.session import reference_sync
+from invariants import FAIL, PASS, REGISTRY, UNKNOWN, CheckContext, Finding, overall, run_catalog, run_invariant
+from invariants.base import Invariant
+
+
+def test_overall_composes_fail_over_unknown_over_pass():
+    f = lambda v: Finding("X", v)  # noqa: E731
+    assert overall([f(PASS), f(PASS)]) == PASS
+    assert overall([f(PASS), f(UNKNOWN)]) == UNKNOWN
+    assert overall([f(UNKNOWN), f(FAIL), f(PASS)]) == FAIL
+
+
+def test_a_raising_check_is_unknown_never_pass():
+    def boom(ctx):
+        raise RuntimeError("engine not reachable")
+    inv = Invariant("T1", "test", "t", "t", boom)
+    (f,) = run_invariant(inv, CheckContext(clean_config("tiny-dense", "blockwise-fp32")))
+    assert f.verdict == UNKNOWN and "engine not reachable" in f.message
+
+
+def test_missing_snapshot_is_unknown():
+    out = run_catalog(CheckContext(clean_config("tiny-dense", "blockwise-fp32")), ids=["S2", "S7"])
+    assert {f.verdict for f in out} == {UNKNOWN}
+
+
+def test_rollout_without_metadata_is_unknown_for_s6_s7():
+    res, _, _ = reference_sync(clean_config("tiny-dense", "blockwise-fp32"))
+    bare = Snapshot("rollout", dict(res.rollout.tensors), {})
+    out = run_catalog(CheckContext(res.config, res.payload, res.trainer, bare), ids=["S6", "S7"])
+    assert {f.invariant_id for f in out if f.verdict == UNKNOWN} == {"S6", "S7"}
+
+
+def test_every_sync_invariant_is_tripped_by_two_distinct_faults():
+    for i in ("S1", "S2", "S3", "S4", "S5", "S6", "S7"):
+        trips = [f.name for f in faults.FAULTS.values() if i in f.trips]
+        assert len(trips) >= 2, (i, trips)
+
+
+def test_at_least_thirty_faults_across_the_taxonomy():
+    fams = {f.family for f in faults.FAULTS.values()}
+    assert len(faults.FAULTS) >= 30
+    assert {"scales", "layouts", "dtypes", "coverage", "exclusion", "postload", "version", "transport"} <= fams
+    silent = {f.name for f in faults.FAULTS.values() if f.silent}
+    for name in ("square_weight_transposed", "q_k_swapped", "gate_up_swapped", "scale_bit_flip", "scale_x2_block",
+                 "fp32_scales_rounded_pow2", "postprocess_twice", "stale_layer_unstamped"):
+        assert name in silent
+
+
+def test_catalog_json(capsys):
+    assert main(["catalog", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    ids = {r["id"] for r in rows}
+    assert {"S1", "S2", "S3", "S4", "S5", "S6", "S7", "C1", "C2", "X1", "A1", "A3", "P1"} <= ids
+    s2 = next(r for r in rows if r["id"] == "S2")
+    assert "square_weight_transposed" in s2["faults"] and s2["condition"]
+
+
+def test_registry_ids_are_unique_and_conditions_one_line():
+    for inv in REGISTRY.values():
+        assert "\n" not in inv.condition and inv.condition
+
+
+@pytest.mark.parametrize("model", ["tiny-dense", "tiny-moe"])
+def test_checks_never_change_the_reference_engine(model):
+    """Running the whole catalog (and the probes) leaves every engine tensor, version and pointer as it was."""
+    from harness.sync.payload import tensor_digest
+    res, trainer, rollout = reference_sync(clean_config(model, "blockwise-fp32"))
+    before = {n: tensor_digest(t) for n, t in rollout.kernel_tensors().items()}
+    meta0 = rollout.metadata()
+    ctx = CheckContext(res.config, res.payload, res.trainer, Snapshot("rollout", rollout.kernel_tensors(), res.rollout.meta),
+                       Snapshot("master", trainer.master_hf()))
+    assert not [f for f in run_catalog(ctx) if f.verdict != PASS]
+    after = {n: tensor_digest(t) for n, t in rollout.kernel_tensors().items()}
+    assert before == after and rollout.metadata()["versions"] == meta0["versions"]
+    assert rollout._ptrs() == rollout.ptrs_at_start

@@ -1,0 +1,40 @@
+"""The live driver's logic (payloads, faults, digest-first capture, checks, probes, calibration) with the CPU
+reference engines standing in for the Ray workers. Not a live test: the GPU suite (tests/gpu) runs the same
+driver against real vLLM and Megatron-Core/Transformer Engine."""
+import pytest
+
+import faults
+from e2e.live import ENGINE_FAULTS, LIVE_FAULTS
+from e2e.standins import cpu_session
+from faults.matrix import clean_config
+
+
+@pytest.fixture(scope="module")
+def session():
+    s = cpu_session(clean_config("tiny-dense", "blockwise-fp32"))
+    s.step()
+    return s
+
+
+def test_clean_sync_green_and_digest_first_moves_nothing(session):
+    o = session.sync("clean", probes=True)
+    assert not o.fired and not o.unknown, o.to_json()
+    assert o.fetched == 0 and o.params == 27
+    assert session.probe_bounds is not None
+
+
+@pytest.mark.parametrize("name", [f for f in LIVE_FAULTS if f != "experts_permuted"] + list(ENGINE_FAULTS))
+def test_live_injectable_fault_is_caught(session, name):
+    f = faults.FAULTS[name]
+    o = session.sync(name, fault=f)
+    assert set(o.fired) & set(f.trips), (name, o.fired)
+    assert o.fetched > 0 or name in ("norm_quantized_in_trainer", "postprocess_skipped", "postprocess_twice",
+                                     "scale_dropped", "bucket_lost"), "a corrupted engine state must be fetched"
+    again = session.sync("again")
+    assert not again.fired and not again.unknown
+
+
+def test_naive_sync_is_caught_while_the_probe_stays_quiet(session):
+    o = session.sync("naive", naive=True, probes=True)
+    assert {"S2", "S3", "S4"} & set(o.fired)
+    assert "P1" not in o.fired, "the point: log-probs alone do not see this"
