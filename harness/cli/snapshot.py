@@ -61,8 +61,8 @@ def verify_dir(path: str, as_json: bool = False, junit: str | None = None, allow
         print(findings_json(findings, snapshot=path, changed_since_capture=tampered))
     else:
         c = console()
-        c.print(findings_table([f for f in findings if f.verdict != "pass"] or findings,
-                               title=f"fp8check verify {path}"))
+        shown = [f for f in findings if f.verdict != "pass"] or [f for f in findings if f.message]
+        c.print(findings_table(shown, title=f"fp8check verify {path}"))
         if tampered:
             c.print(f"[yellow]note:[/] {len(tampered)} tensor(s) changed since capture "
                     f"(manifest digests): {', '.join(tampered[:5])}{' ...' if len(tampered) > 5 else ''}")
