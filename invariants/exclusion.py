@@ -52,35 +52,30 @@ def _scheme_groups(cfg) -> list[tuple[str, list[str]]]:
     return [(k, v) for k, v in groups.items() if len(v) > 1]
 
 
+def _mixed_groups(cfg, kind: str):
+    """(group, FP8 members, high-precision members) for every fused GEMM of `kind` whose GEMM weights disagree."""
+    for g, members in _scheme_groups(cfg):
+        if g.startswith(kind):
+            lin = [m for m in members if m.endswith(".weight")]
+            fp8 = [m for m in lin if m in cfg.fp8_tensors]
+            if fp8 and len(fp8) != len(lin):
+                yield g[len(kind):], fp8, [m for m in lin if m not in fp8]
+
+
 @invariant("X2", "exclusion", "fused shards share one scheme (engine)",
            "q|k|v, gate|up and other GEMMs vLLM fuses are all FP8 or all high precision (vLLM raises otherwise)",
            live=False)
 def x2_engine_fusion(ctx: CheckContext):
-    cfg, out = ctx.config, []
-    for g, members in _scheme_groups(cfg):
-        if not g.startswith("vllm:"):
-            continue
-        fp8 = [m for m in members if m in cfg.fp8_tensors]
-        if fp8 and len(fp8) != len(members):
-            out.append(fail("X2", g[5:], f"fused GEMM mixes FP8 {fp8} and high precision "
-                            f"{[m for m in members if m not in fp8]}", key="exclude"))
-    return out
+    return [fail("X2", g, f"fused GEMM mixes FP8 {fp8} and high precision {hp}", key="exclude")
+            for g, fp8, hp in _mixed_groups(ctx.config, "vllm:")]
 
 
 @invariant("X3", "exclusion", "closed under the trainer's fusion",
            "GEMMs the trainer fuses (Megatron linear_qkv, linear_fc1, GDN in_proj [q|k|v|z|b|a]) are all FP8 or all "
            "high precision: a trainer cannot keep part of one GEMM in BF16", live=False)
 def x3_trainer_fusion(ctx: CheckContext):
-    cfg, out = ctx.config, []
-    for g, members in _scheme_groups(cfg):
-        if not g.startswith("megatron:"):
-            continue
-        lin = [m for m in members if m.endswith(".weight")]
-        fp8 = [m for m in lin if m in cfg.fp8_tensors]
-        if fp8 and len(fp8) != len(lin):
-            out.append(fail("X3", g[9:], f"trainer GEMM mixes FP8 {fp8} and high precision "
-                            f"{[m for m in lin if m not in fp8]}; exclude all of them or none", key="exclude"))
-    return out
+    return [fail("X3", g, f"trainer GEMM mixes FP8 {fp8} and high precision {hp}; exclude all of them or none",
+                 key="exclude") for g, fp8, hp in _mixed_groups(ctx.config, "megatron:")]
 
 
 @invariant("X4", "exclusion", "unquantizable GEMMs are excluded",

@@ -331,7 +331,7 @@ def s4_layout(ctx: CheckContext):
         ev = value_diff(e, a)
         if ev:
             why = diagnose_layout(ctx, n, e, a) if len(out) < MAX_FINDINGS else None
-            out.append(fail("S4", n, f"dequantized rollout weight differs from the trainer's" + (f": {why}" if why else ""),
+            out.append(fail("S4", n, "dequantized rollout weight differs from the trainer's" + (f": {why}" if why else ""),
                             stage="engine", **_where(ctx, n, ev)))
     if not out:
         return [passed("S4", f"{n_checked} tensors equal in checkpoint coordinates")]

@@ -60,7 +60,7 @@ def junit_xml(suite: str, cases: list[tuple[str, str, str, str]]) -> str:
     """cases: (classname, name, verdict, message). fail -> <failure>, unknown -> <error>."""
     fails = sum(1 for c in cases if c[2] == "fail")
     errs = sum(1 for c in cases if c[2] == "unknown")
-    out = [f'<?xml version="1.0" encoding="utf-8"?>',
+    out = ['<?xml version="1.0" encoding="utf-8"?>',
            f'<testsuite name={quoteattr(suite)} tests="{len(cases)}" failures="{fails}" errors="{errs}">']
     for cls, name, verdict, msg in cases:
         out.append(f'  <testcase classname={quoteattr(cls)} name={quoteattr(name)}>')
