@@ -203,11 +203,11 @@ ENGINE_FAULTS = {"postprocess_skipped": 0, "postprocess_twice": 2}
 
 
 def run_live(config: SyncConfig, steps: int, workdir: str, faults: list[str] = (), probes: bool = True,
-             fp8_source: str = "megatron") -> dict:
+             fp8_source: str = "megatron", session: "LiveSession | None" = None) -> dict:
     """`fp8check live`: start both engines, take `steps` optimizer steps with a checked sync after each, then
     inject the requested faults (each followed by a clean re-sync that must pass again)."""
     from faults import FAULTS
-    s = LiveSession(config, workdir, fp8_source=fp8_source)
+    s = session or LiveSession(config, workdir, fp8_source=fp8_source)
     report = {"config": config.to_dict(), "start_seconds": round(s.start_seconds, 1), "trainer": s.trainer_info,
               "rollout": s.rollout_info, "syncs": [], "faults": []}
     for _ in range(steps):

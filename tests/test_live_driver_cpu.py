@@ -38,3 +38,21 @@ def test_naive_sync_is_caught_while_the_probe_stays_quiet(session):
     o = session.sync("naive", naive=True, probes=True)
     assert {"S2", "S3", "S4"} & set(o.fired)
     assert "P1" not in o.fired, "the point: log-probs alone do not see this"
+
+
+def test_run_live_report_and_rendering(tmp_path, capsys):
+    """The `fp8check live` report and its rendering, over the CPU stand-ins."""
+    import argparse
+    import json
+
+    from e2e.live import run_live
+    from harness.cli.live import render
+    cfg = clean_config("tiny-moe", "blockwise-fp32")
+    rep = run_live(cfg, 2, str(tmp_path), ["experts_permuted", "postprocess_twice"], session=cpu_session(cfg))
+    assert [s["label"] for s in rep["syncs"]][:2] == ["step 1", "step 2"]
+    assert all(f["verdict"] == "caught" for f in rep["faults"]), rep["faults"]
+    args = argparse.Namespace(out=str(tmp_path / "live.json"), json=False)
+    assert render(rep, cfg, args, str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "live fault injection" in out and "experts_permuted" in out
+    assert json.load(open(tmp_path / "live.json"))["faults"][0]["fault"] == "experts_permuted"

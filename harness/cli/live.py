@@ -33,6 +33,10 @@ def run(args) -> int:
             raise UsageError(f"--faults {n}: unknown fault; `fp8check faults --list` shows them")
     workdir = args.workdir or tempfile.mkdtemp(prefix="fp8check-live-")
     report = run_live(config, args.steps, workdir, names, probes=not args.no_probes, fp8_source=args.trainer)
+    return render(report, config, args, workdir)
+
+
+def render(report: dict, config, args, workdir: str) -> int:
     out = args.out or os.path.join(workdir, "live.json")
     with open(out, "w") as f:
         json.dump(report, f, indent=1, default=str)
