@@ -11,7 +11,7 @@ import torch
 
 from harness.engines.vllm_numerics import post_load_requant, requant_applies
 from harness.formats import E8M0, is_pow2
-from harness.layouts import is_scale_name, scale_name, split_rank_name
+from harness.layouts import engine_module, is_scale_name, scale_name, split_rank_name
 from harness.sync.payload import ROLE_HP, expected_wire
 
 from .base import CheckContext, fail, invariant, passed, unknown
@@ -382,9 +382,7 @@ def s5_dtypes(ctx: CheckContext):
 
 # -- S6 -----------------------------------------------------------------------------------------------------------
 def expected_fp8_modules(cfg) -> set[str]:
-    from harness.engines.cpu.rollout import ReferenceRollout
-    mod = ReferenceRollout.param_module
-    return {mod(None, p.dst) for p in cfg.layout.vllm[0] if p.src in cfg.fp8_tensors}
+    return {engine_module(p.dst) for p in cfg.layout.vllm[0] if p.src in cfg.fp8_tensors}
 
 
 @invariant("S6", "sync", "exclusion agreement",

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 import torch
 
 from ..config import SyncConfig
-from ..layouts import rank_name, scale_name
+from ..layouts import engine_module, rank_name, scale_name
 from .cpu.rollout import SENTINEL
 from .versions import param_versions
 
@@ -229,8 +229,7 @@ class VLLMEngine:
     def metadata(self) -> dict:
         info = self.rpc(_w_info)
         ptrs = {rank_name(n, r, self.tp): i["ptr"] for r, inf in enumerate(info) for n, i in inf.items()}
-        fp8_modules = sorted({n.rsplit(".", 1)[0] if not n.endswith(("w13_weight", "w2_weight")) else n.rsplit("_", 1)[0]
-                              for n, i in info[0].items() if i["dtype"] == "float8_e4m3fn"})
+        fp8_modules = sorted({engine_module(n) for n, i in info[0].items() if i["dtype"] == "float8_e4m3fn"})
         return {
             "engine": self.engine, "tp_size": self.tp, "ignored_layers": list(self.ignored_layers),
             "fp8_modules": fp8_modules, "poisoned": self.poisoned,

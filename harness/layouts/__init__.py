@@ -9,7 +9,7 @@ import torch
 from ..models import ModelSpec
 from .megatron import megatron_pieces
 from .pieces import LayoutError, Piece, assemble, disassemble
-from .vllm import FUSIONS, ROW_PARALLEL, vllm_module, vllm_pieces
+from .vllm import FUSIONS, ROW_PARALLEL, engine_module, vllm_module, vllm_pieces
 
 SCALE_SUFFIX = "_scale_inv"
 
@@ -126,5 +126,5 @@ class LayoutMap:
                                 for p in rank] for rank in self.vllm]}
 
 
-__all__ = ["FUSIONS", "ROW_PARALLEL", "LayoutError", "LayoutMap", "Piece", "assemble", "disassemble",
+__all__ = ["FUSIONS", "ROW_PARALLEL", "engine_module", "LayoutError", "LayoutMap", "Piece", "assemble", "disassemble",
            "is_scale_name", "rank_name", "scale_name", "split_rank_name", "vllm_module", "weight_of_scale"]

@@ -26,6 +26,16 @@ EXPERT_MODULE = "mlp.experts"
 ROUTED_EXPERTS = "mlp.experts.routed_experts"
 
 
+def engine_module(param_name: str) -> str:
+    """vLLM parameter (or its `_scale_inv`) -> the module that owns it: `...qkv_proj.weight` -> `...qkv_proj`,
+    `...routed_experts.w13_weight` -> `...routed_experts.w13`."""
+    if param_name.endswith("_scale_inv"):
+        param_name = param_name[: -len("_scale_inv")]
+    if param_name.endswith(("w13_weight", "w2_weight")):
+        return param_name.rsplit("_", 1)[0]
+    return param_name.rsplit(".", 1)[0]
+
+
 def _split_module(module: str):
     """model.layers.3.mlp.gate_proj -> ("model.layers.3.", "mlp.gate_proj"); non-layer names -> ("", name)."""
     parts = module.split(".")

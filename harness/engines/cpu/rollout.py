@@ -29,7 +29,7 @@ import torch
 from ...config import SyncConfig, matches_any
 from ...formats.bytes import as_bytes
 from ..vllm_numerics import post_load_requant, vllm_online_quant
-from ...layouts import Piece, disassemble, is_scale_name, rank_name, scale_name, weight_of_scale
+from ...layouts import Piece, disassemble, engine_module, is_scale_name, rank_name, scale_name, weight_of_scale
 from ...models import LINEAR
 from .forward import Weights, token_logprobs, vllm_act_quant
 
@@ -103,7 +103,7 @@ class ReferenceRollout:
         """vLLM module -> HF member modules (from the layout, rank 0)."""
         out: dict[str, list[str]] = defaultdict(list)
         for p in self.layout.vllm[0]:
-            mod = p.dst.rsplit(".", 1)[0] if not p.dst.endswith("_weight") else p.dst.rsplit("_", 1)[0]
+            mod = engine_module(p.dst)
             out[mod].append(p.src.rsplit(".", 1)[0])
         return out
 
@@ -131,10 +131,7 @@ class ReferenceRollout:
             fp8.add(mod)
         return frozenset(fp8)
 
-    def param_module(self, name: str) -> str:
-        if is_scale_name(name):
-            name = weight_of_scale(name)
-        return name.rsplit("_", 1)[0] if name.endswith(("w13_weight", "w2_weight")) else name.rsplit(".", 1)[0]
+    param_module = staticmethod(engine_module)
 
     def is_fp8_param(self, name: str) -> bool:
         return not is_scale_name(name) and self.param_module(name) in self.fp8_modules
