@@ -56,3 +56,14 @@ def test_run_live_report_and_rendering(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "live fault injection" in out and "experts_permuted" in out
     assert json.load(open(tmp_path / "live.json"))["faults"][0]["fault"] == "experts_permuted"
+
+
+def test_live_without_gpu_is_one_line_exit_2():
+    import subprocess
+    import sys
+
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: `fp8check live` would start real engines")
+    p = subprocess.run([sys.executable, "-m", "harness", "live", "--model", "tiny-dense"], capture_output=True, text=True)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "GPU" in p.stderr
