@@ -94,4 +94,4 @@ def to_float(t: torch.Tensor) -> torch.Tensor:
     lut = _LUT.get(t.dtype)
     if lut is None:
         lut = _LUT[t.dtype] = torch.arange(256, dtype=torch.uint8).view(t.dtype).float()
-    return lut[t.view(torch.uint8).long()]
+    return lut.index_select(0, t.reshape(-1).view(torch.uint8).int()).reshape(t.shape)

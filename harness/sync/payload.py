@@ -43,6 +43,20 @@ def tensor_digest(t: torch.Tensor) -> str:
     return h.hexdigest()
 
 
+_DIGESTS: dict = {}
+
+
+def sender_digest(t: torch.Tensor) -> str:
+    """`tensor_digest` memoized by tensor identity for the sender's manifest (the reference trainer's exports
+    are memoized and never written in place; the entry holds the tensor, so its id stays unique)."""
+    hit = _DIGESTS.get(id(t))
+    if hit is None or hit[0] is not t:
+        hit = _DIGESTS[id(t)] = (t, tensor_digest(t))
+        if len(_DIGESTS) > 8192:
+            _DIGESTS.pop(next(iter(_DIGESTS)))
+    return hit[1]
+
+
 @dataclass(frozen=True)
 class TensorRecord:
     name: str
@@ -68,7 +82,7 @@ class TensorRecord:
 
 
 def record_for(name: str, role: str, t: torch.Tensor, version: int, block_shape=None) -> TensorRecord:
-    return TensorRecord(name, role, dtype_name(t.dtype), tuple(t.shape), block_shape, version, tensor_digest(t))
+    return TensorRecord(name, role, dtype_name(t.dtype), tuple(t.shape), block_shape, version, sender_digest(t))
 
 
 @dataclass

@@ -50,10 +50,15 @@ def _dummy(shape: tuple, dtype: torch.dtype, seed: int) -> torch.Tensor:
     return torch.empty(shape, dtype=dt).uniform_(-1e-3, 1e-3, generator=g).to(dtype)
 
 
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def is_sentinel(t: torch.Tensor) -> torch.Tensor:
-    """Elementwise: every byte of the element is the poison byte."""
-    b = as_bytes(t).reshape(*t.shape, t.element_size())
-    return (b == SENTINEL).all(-1)
+    """Elementwise: every byte of the element is the poison byte (all bits set)."""
+    b = as_bytes(t)
+    if t.element_size() == 1:
+        return (b == SENTINEL).reshape(t.shape)
+    return (b.view(_INT_OF_SIZE[t.element_size()]) == -1).reshape(t.shape)
 
 
 @dataclass
