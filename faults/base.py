@@ -71,6 +71,19 @@ def register(fault: Fault) -> Fault:
     return fault
 
 
+# -- configuration changes (config-stage faults and `configure`) ----------------------------------------------------
+def with_config(**kw):
+    return lambda c: replace(c, **kw)
+
+
+def with_rollout(**kw):
+    return lambda c: replace(c, rollout=replace(c.rollout, **kw))
+
+
+def with_trainer(**kw):
+    return lambda c: replace(c, trainer=replace(c.trainer, **kw))
+
+
 # -- target selection: deterministic, overridable through params ---------------------------------------------------
 def fp8_targets(config: SyncConfig, *, square: bool | None = None, suffix: tuple[str, ...] = ()) -> list[str]:
     out = []
@@ -124,4 +137,4 @@ def swap(p: Payload, a: str, b: str) -> Payload:
 
 
 __all__ = ["FAULTS", "Fault", "STAGES", "add", "drop", "fp8_targets", "layer_of", "pick", "register",
-           "replace_tensor", "scale_name", "swap"]
+           "replace_tensor", "scale_name", "swap", "with_config", "with_rollout", "with_trainer"]

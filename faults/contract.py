@@ -5,19 +5,7 @@ from dataclasses import replace
 
 from harness.formats import get_recipe
 
-from .base import Fault, register
-
-
-def cfg(**kw):
-    return lambda c: replace(c, **kw)
-
-
-def rollout(**kw):
-    return lambda c: replace(c, rollout=replace(c.rollout, **kw))
-
-
-def trainer(**kw):
-    return lambda c: replace(c, trainer=replace(c.trainer, **kw))
+from .base import Fault, register, with_config as cfg, with_rollout as rollout, with_trainer as trainer
 
 
 register(Fault("blackwell_with_fp32_scales", "contract", "config", ("C3",), "blockwise FP32 scales on sm100",

@@ -8,7 +8,7 @@ import torch
 
 from harness.formats import E8M0
 
-from .base import Fault, fp8_targets, pick, register, replace_tensor, scale_name
+from .base import Fault, fp8_targets, pick, register, replace_tensor, scale_name, with_rollout, with_trainer
 
 
 def _target(config, index):
@@ -84,16 +84,12 @@ register(Fault("sender_epsilon_mismatch", "scales", "payload", ("S2", "S3"),
                applies=lambda c: c.recipe.granularity == "block", silent=True))
 
 
-def _trainer_env(**trainer):
-    return lambda c: replace(c, trainer=replace(c.trainer, **trainer))
-
-
 register(Fault("trainer_epsilon_mismatch", "scales", "config", ("C1", "C6"),
                "the trainer's quantizer runs with amax epsilon 1.0 while the sync declares 0",
-               _trainer_env(amax_epsilon=1.0), applies=lambda c: c.recipe.granularity == "block", silent=True))
+               with_trainer(amax_epsilon=1.0), applies=lambda c: c.recipe.granularity == "block", silent=True))
 register(Fault("trainer_pow2_scales", "scales", "config", ("C1", "C6"),
                "NVTE_FP8_BLOCK_SCALING_FP32_SCALES unset in the trainer: TE's power-of-two default while the sync "
-               "declares FP32 scales", _trainer_env(scale_format="pow2"),
+               "declares FP32 scales", with_trainer(scale_format="pow2"),
                applies=lambda c: c.recipe.scale_format == "fp32", silent=True))
 
 
@@ -113,11 +109,7 @@ register(Fault("scale_grid_transposed", "scales", "payload", ("S3", "S4"),
                applies=lambda c: c.recipe.granularity == "block", silent=True, live=True))
 
 
-def _e8m0_engine(c):
-    return replace(c, rollout=replace(c.rollout, use_deep_gemm=True, deep_gemm_e8m0=True))
-
-
 register(Fault("fp32_scales_through_e8m0", "scales", "config", ("S3", "C2"),
                "FP32 block scales installed into vLLM with its Hopper default (DeepGEMM + E8M0): post-load "
-               "requantizes every weight to UE8M0", lambda c: _e8m0_engine(c),
+               "requantizes every weight to UE8M0", with_rollout(use_deep_gemm=True, deep_gemm_e8m0=True),
                applies=lambda c: c.recipe.scale_format == "fp32", live=True))

@@ -120,9 +120,8 @@ class TrainerWorker:
 
     def master_hf(self) -> dict:
         from .engines.cpu.trainer import _masters
-        from .layouts.pieces import assemble
-        lay = self.config.layout
-        return assemble(lay.megatron, _masters(self.config.model, self.config.seed, self.t.step), lay.hf_shapes)
+        return self.config.layout.megatron_to_hf(_masters(self.config.model, self.config.seed, self.t.step),
+                                                 with_scales=False)
 
     def logprobs(self, prompts) -> list:
         return self.t.logprobs(prompts)

@@ -41,20 +41,24 @@ class CheckContext:
     probes: dict | None = None           # policy-probe metrics (P family)
     probe_bounds: dict | None = None     # P bounds calibrated on a verified pass (default: field thresholds)
 
-    @cached_property
-    def trainer_values(self) -> dict:
-        """Trainer tensors as fp32 values (FP8 ones dequantized), HF names."""
-        out, cfg = {}, self.config
-        for t in cfg.spec.tensors():
-            n, sn = t.name, t.name + "_scale_inv"
-            if n not in self.trainer:
-                continue
+    def trainer_value(self, name: str):
+        """One trainer tensor as fp32 values (FP8 dequantized), computed on demand and kept; None if absent."""
+        cache = self.__dict__.setdefault("_trainer_value", {})
+        if name not in cache:
+            cfg, sn = self.config, name + "_scale_inv"
+            t, s = self.trainer.get(name), self.trainer.get(sn)
             try:
-                out[n] = cfg.recipe.dequantize_weight(self.trainer[n], self.trainer[sn]) \
-                    if n in cfg.fp8_tensors and sn in self.trainer else self.trainer[n].float()
+                cache[name] = None if t is None else (cfg.recipe.dequantize_weight(t, s)
+                                                      if name in cfg.fp8_tensors and s is not None else t.float())
             except (ValueError, RuntimeError):
-                continue
-        return out
+                cache[name] = None
+        return cache[name]
+
+    @property
+    def trainer_values(self) -> dict:
+        """Every trainer tensor as fp32 values, HF names."""
+        vals = {t.name: self.trainer_value(t.name) for t in self.config.spec.tensors()}
+        return {n: v for n, v in vals.items() if v is not None}
 
     @cached_property
     def rollout_hf(self) -> dict:

@@ -29,9 +29,8 @@ def _cap(inv_id: str, findings: list):
 
 def _where(ctx: CheckContext, name: str, ev: dict | None) -> dict:
     if ev and "index" in ev:
-        pos = engine_position(ctx.config.layout.vllm if not is_scale_name(name) else
-                              [[p for p in ctx.config.layout.vllm_load_pieces(r)] for r in range(ctx.config.rollout.tp_size)],
-                              name, ev["index"], ctx.config.rollout.tp_size)
+        tp = ctx.config.rollout.tp_size
+        pos = engine_position([ctx.config.layout.vllm_load_pieces(r) for r in range(tp)], name, ev["index"], tp)
         if pos:
             ev = {**ev, "rollout": pos}
     return ev or {}
@@ -257,25 +256,12 @@ def s3_scales(ctx: CheckContext):
 
 
 # -- S4 -----------------------------------------------------------------------------------------------------------
-def _trainer_value(ctx: CheckContext, name: str):
-    """One trainer tensor as fp32 values (FP8 dequantized), computed on demand and kept on the context."""
-    cache = ctx.__dict__.setdefault("_trainer_value", {})
-    if name not in cache:
-        t, s = ctx.trainer.get(name), ctx.trainer.get(scale_name(name))
-        try:
-            cache[name] = None if t is None else (ctx.config.recipe.dequantize_weight(t, s)
-                                                  if name in ctx.config.fp8_tensors and s is not None else t.float())
-        except (ValueError, RuntimeError):
-            cache[name] = None
-    return cache[name]
-
-
 def diagnose_layout(ctx: CheckContext, name: str, expected: torch.Tensor, actual: torch.Tensor) -> str | None:
     if expected.dim() == 2 and expected.shape[0] == expected.shape[1] and torch.equal(actual, expected.t()):
         return "transposed"
     for t in ctx.config.spec.tensors():           # only same-shape tensors can have been swapped in
         if t.name != name and tuple(t.shape) == tuple(expected.shape):
-            oe = _trainer_value(ctx, t.name)
+            oe = ctx.trainer_value(t.name)
             if oe is not None and torch.equal(oe, actual):
                 return f"holds the values of {t.name} (swapped or mis-mapped)"
     if expected.dim() == 2 and expected.shape[0] % 128 == 0:
@@ -334,7 +320,7 @@ def s4_layout(ctx: CheckContext):
             continue
         try:
             if n in cfg.fp8_tensors:
-                e = _trainer_value(ctx, n)
+                e = ctx.trainer_value(n)
                 a = recipe.dequantize_weight(r, rhf[scale_name(n)].to(recipe.scale_dtype)
                                              if recipe.scale_dtype == E8M0 else rhf[scale_name(n)].float())
             else:
