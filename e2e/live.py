@@ -99,8 +99,9 @@ class LiveSession:
         return self.version
 
     def sync(self, label: str = "clean", fault=None, naive: bool = False, probes: bool = False,
-             check_ids=None) -> SyncOutcome:
-        """One sync of the trainer's current weights, optionally through a fault, then the checks."""
+             check_ids=None, direct: bool = False) -> SyncOutcome:
+        """One sync of the trainer's current weights, optionally through a fault, then the checks. direct=True
+        installs through the model's own load_weights (no reload bookkeeping, no post-load), as some RL stacks do."""
         ray, cfg = self.ray, self.config
         t = {}
         t0 = time.perf_counter()
@@ -129,7 +130,7 @@ class LiveSession:
             items = ray.get(self.rollout.quantize_online.remote(items))
         t1 = time.perf_counter()
         ray.get(self.rollout.poison.remote())
-        res = ray.get(self.rollout.reload.remote(items, self.version, repeats))
+        res = ray.get(self.rollout.reload.remote(items, self.version, repeats, direct))
         t["install"] = time.perf_counter() - t1
         # digest-first capture: only parameters whose device digest differs from the expected bytes move
         t2 = time.perf_counter()
@@ -142,7 +143,7 @@ class LiveSession:
         meta = ray.get(self.rollout.metadata.remote())
         meta["errors"] = [] if res["ok"] else [res["error"]]
         meta["version"] = self.version
-        if res["ok"] and fault is None and not naive:
+        if res["ok"] and fault is None and not naive and not direct:
             # idempotence (S7): the same payload installed again must leave every parameter's digest unchanged
             again = ray.get(self.rollout.reload.remote(items, self.version, 1))
             after = ray.get(self.rollout.device_digests.remote(SEEDS))
@@ -194,12 +195,17 @@ class _MasterView:
         raise LookupError("the live trainer's Megatron-named FP8 tensors are not exposed to payload faults")
 
 
-# payload / trainer / transport faults injectable into a running engine (fnuz last: a cast vLLM may refuse)
+# payload / trainer / transport faults injectable into a running engine. The last two may leave vLLM's
+# layerwise-reload state needing a repair (a duplicated tensor can leave parameters on the meta device; vLLM
+# may refuse to cast fnuz codes), so they run after every other fault.
+DESTRUCTIVE = ("tensor_duplicated", "fnuz_codes")
 LIVE_FAULTS = ("scale_x2_block", "scale_inv_swap", "square_weight_transposed", "q_k_swapped", "gate_up_swapped",
-               "scale_dropped", "tensor_duplicated", "bf16_into_fp8_slot", "bucket_lost", "stale_layer_stamped",
+               "scale_dropped", "bf16_into_fp8_slot", "bucket_lost", "stale_layer_stamped",
                "stale_layer_unstamped", "norm_quantized_in_trainer", "experts_permuted", "rows_shifted_one_block",
-               "fp32_scales_rounded_pow2", "fnuz_codes")
+               "fp32_scales_rounded_pow2") + DESTRUCTIVE
 ENGINE_FAULTS = {"postprocess_skipped": 0, "postprocess_twice": 2}
+# every live-injectable fault, in the order a run injects them (the destructive ones last)
+ALL_LIVE_FAULTS = tuple(f for f in LIVE_FAULTS if f not in DESTRUCTIVE) + tuple(ENGINE_FAULTS) + DESTRUCTIVE
 
 
 def run_live(config: SyncConfig, steps: int, workdir: str, faults: list[str] = (), probes: bool = True,

@@ -62,7 +62,8 @@ class CPURolloutWorker:
         return self.e.poison()
 
     def reload(self, items, version, post_process_repeats=1, direct=False):
-        self.e.post_process_repeats = post_process_repeats
+        # the direct path (model.load_weights) never runs process_weights_after_loading
+        self.e.post_process_repeats = 0 if direct else post_process_repeats
         try:
             rec = self.e.reload_weights(items, version)
             return {"ok": True, "record": rec.to_json()}

@@ -4,7 +4,7 @@ driver against real vLLM and Megatron-Core/Transformer Engine."""
 import pytest
 
 import faults
-from e2e.live import ENGINE_FAULTS, LIVE_FAULTS
+from e2e.live import ALL_LIVE_FAULTS
 from e2e.standins import cpu_session
 from faults.matrix import clean_config
 
@@ -23,7 +23,7 @@ def test_clean_sync_green_and_digest_first_moves_nothing(session):
     assert session.probe_bounds is not None
 
 
-@pytest.mark.parametrize("name", [f for f in LIVE_FAULTS if f != "experts_permuted"] + list(ENGINE_FAULTS))
+@pytest.mark.parametrize("name", [f for f in ALL_LIVE_FAULTS if f != "experts_permuted"])
 def test_live_injectable_fault_is_caught(session, name):
     f = faults.FAULTS[name]
     o = session.sync(name, fault=f)
@@ -38,6 +38,14 @@ def test_naive_sync_is_caught_while_the_probe_stays_quiet(session):
     o = session.sync("naive", naive=True, probes=True)
     assert {"S2", "S3", "S4"} & set(o.fired)
     assert "P1" not in o.fired, "the point: log-probs alone do not see this"
+
+
+def test_direct_load_weights_path_is_flagged_s7(session):
+    """Installing through model.load_weights skips post-load: S7 must say so, and a reload must recover."""
+    o = session.sync("direct", direct=True)
+    assert "S7" in o.fired, o.to_json()
+    again = session.sync("again")
+    assert not again.fired and not again.unknown
 
 
 def test_run_live_report_and_rendering(tmp_path, capsys):

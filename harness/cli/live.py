@@ -26,8 +26,8 @@ def run(args) -> int:
         raise UsageError(f"--model {config.model}: CPU reference only (vLLM 0.26 serves Qwen3.5 only as a multimodal "
                          f"model); live models: tiny-dense, tiny-moe")
     from faults import FAULTS
-    from e2e.live import LIVE_FAULTS, ENGINE_FAULTS, run_live
-    names = list(LIVE_FAULTS) + list(ENGINE_FAULTS) if args.faults == ["all"] else (args.faults or [])
+    from e2e.live import ALL_LIVE_FAULTS, run_live
+    names = list(ALL_LIVE_FAULTS) if args.faults == ["all"] else (args.faults or [])
     for n in names:
         if n not in FAULTS:
             raise UsageError(f"--faults {n}: unknown fault; `fp8check faults --list` shows them")

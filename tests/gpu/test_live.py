@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from e2e.live import ENGINE_FAULTS, LIVE_FAULTS, LiveSession
+from e2e.live import ALL_LIVE_FAULTS, DESTRUCTIVE, LiveSession
 from faults import FAULTS
 from faults.matrix import clean_config
 from harness.engines.digest import SEEDS
@@ -74,12 +74,7 @@ def test_checks_never_change_engine_state(trainer, engine, workdir):
     assert m0["storage_moved"] == m1["storage_moved"] and m0["versions"] == m1["versions"]
 
 
-# faults that may leave vLLM's layerwise-reload state broken run last (a duplicated tensor can leave
-# parameters on the meta device; a fnuz tensor may not cast)
-DESTRUCTIVE = ("tensor_duplicated", "fnuz_codes")
-
-
-@pytest.mark.parametrize("fault", [f for f in LIVE_FAULTS if f not in DESTRUCTIVE] + list(ENGINE_FAULTS) + list(DESTRUCTIVE))
+@pytest.mark.parametrize("fault", ALL_LIVE_FAULTS)
 def test_live_fault_is_caught(trainer, engine, workdir, fault):
     f = FAULTS[fault]
     cfg = clean_config("tiny-moe" if fault == "experts_permuted" else "tiny-dense", "blockwise-fp32")
@@ -99,3 +94,17 @@ def test_live_fault_is_caught(trainer, engine, workdir, fault):
         assert not again.fired and not again.unknown, again.to_json()
 
 
+
+
+def test_direct_load_weights_path(trainer, engine, workdir):
+    """The direct path (model.load_weights, as some RL stacks call it) for comparison with the reload path: it
+    never runs process_weights_after_loading, so S7 must fire (or S1, where vLLM refuses the load), and a
+    reload through the supported path must bring the engine back to green. Runs last: it may leave vLLM's
+    parameters in a state only a reload repairs."""
+    s = session(trainer, engine, workdir, clean_config("tiny-dense", "blockwise-fp32"))
+    before = s.sync("reload path before")
+    o = s.sync("direct load_weights", direct=True)
+    again = s.sync("reload path after")
+    record("live_direct_path", before=before.to_json(), direct=o.to_json(), recovered=again.to_json())
+    assert {"S7", "S1"} & set(o.fired), o.to_json()
+    assert not again.fired and not again.unknown, again.to_json()

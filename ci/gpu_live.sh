@@ -1,0 +1,22 @@
+#!/bin/bash
+# `fp8check live` on the tiny models, on a machine with the GPU stack: bash ci/gpu_live.sh [dense|moe|all]
+# dense: 2 checked optimizer steps, then every live-injectable fault (each followed by a clean re-sync);
+# moe: 2 steps, then the expert-specific fault and a scale fault. JSON reports under ${OUT:-./gpu-results}.
+set -uo pipefail
+[[ -f /tmp/gpu-env.sh ]] && source /tmp/gpu-env.sh
+OUTDIR=${OUT:-$PWD/gpu-results}; mkdir -p "$OUTDIR"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+FP8CHECK="python3 -m harness"             # the console script, without needing `pip install -e .`
+rc=0
+if [[ ${1:-all} != moe ]]; then
+  $FP8CHECK live --model tiny-dense --recipe blockwise-fp32 --steps 2 --faults all \
+    --out "$OUTDIR/live-dense.json" 2>&1 | tee "$OUTDIR/live-dense.log" | grep -v "^(\|INFO\|WARNING" | tail -40
+  rc=$((rc | PIPESTATUS[0]))
+fi
+if [[ ${1:-all} != dense ]]; then
+  $FP8CHECK live --model tiny-moe --recipe blockwise-fp32 --steps 2 --faults experts_permuted scale_x2_block \
+    --out "$OUTDIR/live-moe.json" 2>&1 | tee "$OUTDIR/live-moe.log" | grep -v "^(\|INFO\|WARNING" | tail -25
+  rc=$((rc | PIPESTATUS[0]))
+fi
+exit $rc
