@@ -62,10 +62,9 @@ class CPURolloutWorker:
         return self.e.poison()
 
     def reload(self, items, version, post_process_repeats=1, direct=False):
-        # the direct path (model.load_weights) never runs process_weights_after_loading
-        self.e.post_process_repeats = 0 if direct else post_process_repeats
+        self.e.post_process_repeats = post_process_repeats
         try:
-            rec = self.e.reload_weights(items, version)
+            rec = self.e.reload_weights(items, version, direct=direct)
             return {"ok": True, "record": rec.to_json()}
         except Exception as e:  # noqa: BLE001
             return {"ok": False, "error": f"{e.__class__.__name__}: {e}"}

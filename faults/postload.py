@@ -15,7 +15,7 @@ def _engine(**attrs):
 
 
 register(Fault("postprocess_skipped", "postload", "engine", ("S7",),
-               "process_weights_after_loading never runs for the update (direct load_weights path)",
+               "process_weights_after_loading never runs for the update (a custom loader bypassing the reload hooks)",
                _engine(post_process_repeats=0), silent=True, live=True))
 register(Fault("postprocess_twice", "postload", "engine", ("S7",),
                "process_weights_after_loading runs twice per update (non-idempotent under UE8M0 requantization)",

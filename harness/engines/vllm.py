@@ -194,7 +194,7 @@ class VLLMEngine:
                "dropped_loads": [], "errors": []}
         self.updates.append(rec)
         try:
-            if direct:
+            if direct or self.config.rollout.install == "load_weights":
                 self.rpc(_w_load_direct, [(n, t) for n, t, _ in items])
             else:
                 self.rpc(_w_reload, [(n, t) for n, t, _ in items])

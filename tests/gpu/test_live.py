@@ -97,14 +97,14 @@ def test_live_fault_is_caught(trainer, engine, workdir, fault):
 
 
 def test_direct_load_weights_path(trainer, engine, workdir):
-    """The direct path (model.load_weights, as some RL stacks call it) for comparison with the reload path: it
-    never runs process_weights_after_loading, so S7 must fire (or S1, where vLLM refuses the load), and a
-    reload through the supported path must bring the engine back to green. Runs last: it may leave vLLM's
-    parameters in a state only a reload repairs."""
+    """The direct path (model.load_weights, as some RL stacks call it) for comparison with the reload path.
+    Measured on vLLM 0.26: after startup's post-load it refuses at the first FP8 linear (AttributeError, no
+    weight loader), leaving the rest of the engine on old bytes; S1 must fire, the CPU reference must land in
+    the same state (tests/test_live_driver_cpu.py), and a reload must bring the engine back to green."""
     s = session(trainer, engine, workdir, clean_config("tiny-dense", "blockwise-fp32"))
     before = s.sync("reload path before")
     o = s.sync("direct load_weights", direct=True)
     again = s.sync("reload path after")
     record("live_direct_path", before=before.to_json(), direct=o.to_json(), recovered=again.to_json())
-    assert {"S7", "S1"} & set(o.fired), o.to_json()
+    assert {"S1", "S7"} <= set(o.fired), o.to_json()
     assert not again.fired and not again.unknown, again.to_json()

@@ -229,19 +229,55 @@ class ReferenceRollout:
         t.view(torch.uint8).fill_(SENTINEL)
         return t
 
-    def reload_weights(self, weights, version: int | None = None):
-        """vLLM's layerwise reload. `weights`: iterable of (name, tensor[, version])."""
-        if self.config.rollout.install == "load_weights":
-            raise EngineError("'Parameter' object has no attribute 'load_row_parallel_weight' (vLLM 0.26: "
-                              "model.load_weights cannot be called again after post-processing; use reload_weights)")
+    def reload_weights(self, weights, version: int | None = None, direct: bool = False):
+        """vLLM's layerwise reload. `weights`: iterable of (name, tensor[, version]). direct=True (or
+        rollout.install=load_weights): the model's own load_weights instead, as some RL stacks call it."""
         rec = UpdateRecord(version)
         self.updates.append(rec)
         self._updating = True
         try:
-            self._reload(weights, rec)
+            if direct or self.config.rollout.install == "load_weights":
+                self._load_direct(weights, rec)
+            else:
+                self._reload(weights, rec)
         finally:
             self._updating = False
         return rec
+
+    def _load_direct(self, weights, rec: UpdateRecord):
+        """vLLM 0.26 `model.load_weights` after startup (measured on the H200): process_weights_after_loading
+        re-registered every FP8 linear's parameters as plain `Parameter`s without their weight loaders, so the
+        load stops with AttributeError at the first tensor bound for one; what came before it is written
+        as-is, with no post-load, and the rest keeps its old bytes."""
+        for item in weights:
+            name, tensor = item[0], item[1]
+            for r in range(self.tp):
+                pieces = self._pieces_for(name, r)
+                if not pieces or any(p.dst not in self.params[r] for p in pieces):
+                    rec.errors.append(f"There is no module or parameter named '{name}' in the model")
+                    raise EngineError(rec.errors[-1])
+                if any(self.param_module(p.dst) in self.fp8_modules for p in pieces):
+                    rec.errors.append(f"{name}: 'Parameter' object has no weight loader (vLLM 0.26 post-load "
+                                      f"re-registered it; model.load_weights works once: use reload_weights)")
+                    raise EngineError(rec.errors[-1])
+                for p in pieces:
+                    self._copy_piece(p, tensor, self.params[r][p.dst], name, rec)
+                    self.versions[r][p.dst] = {item[2] if len(item) > 2 else rec.version}
+
+    @staticmethod
+    def _copy_piece(p: Piece, tensor: torch.Tensor, dst: torch.Tensor, name: str, rec: UpdateRecord) -> int:
+        """param.data.copy_ of one layout piece (casts dtypes silently, like vLLM); returns elements written."""
+        view = dst[p.dst_index] if p.dst_index is not None else dst
+        view = view[p.dst_row:p.dst_row + p.rows]
+        src = tensor[p.src_row:p.src_row + p.rows]
+        if p.cols is not None:
+            src = src[:, p.src_col:p.src_col + p.cols]
+        if tuple(view.shape) != tuple(src.shape):
+            rec.errors.append(f"{name}: loaded shape {tuple(src.shape)} does not match parameter "
+                              f"{p.dst} slice {tuple(view.shape)}")
+            raise EngineError(rec.errors[-1])
+        view.copy_(src)
+        return src.numel()
 
     def _reload(self, weights, rec: UpdateRecord):
         modules = [self._modules(r) for r in range(self.tp)]
@@ -271,18 +307,7 @@ class ReferenceRollout:
                     for n in modules[r][mod]:
                         if n not in buf:
                             buf[n] = self._checkpoint_buffer(n, self.params[r][n])
-                    dst = buf[p.dst]
-                    view = dst[p.dst_index] if p.dst_index is not None else dst
-                    view = view[p.dst_row:p.dst_row + p.rows]
-                    src = tensor[p.src_row:p.src_row + p.rows]
-                    if p.cols is not None:
-                        src = src[:, p.src_col:p.src_col + p.cols]
-                    if tuple(view.shape) != tuple(src.shape):
-                        rec.errors.append(f"{name}: loaded shape {tuple(src.shape)} does not match parameter "
-                                          f"{p.dst} slice {tuple(view.shape)}")
-                        raise EngineError(rec.errors[-1])
-                    view.copy_(src)                       # param.data.copy_: casts dtypes silently, like vLLM
-                    written[r][mod] += src.numel()
+                    written[r][mod] += self._copy_piece(p, tensor, buf[p.dst], name, rec)
                     new_versions[r][p.dst].add(ver)
                     if written[r][mod] >= totals[r][mod]:
                         self._finish(r, mod, staged[r].pop(mod), rec)
