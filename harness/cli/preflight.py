@@ -97,8 +97,8 @@ def run(args) -> int:
             c.print(f"  [dim]{k:24s} <- {src} = {val}[/]")
         order = {"error": 0, "warning": 1, "ok": 2}
         for ln in sorted(lines, key=lambda x: order[x.level]):
-            if ln.level == "ok" and not args.verbose:
-                continue
+            if ln.level == "ok" and not args.verbose and not ln.rule.startswith("PROBE"):
+                continue                          # a requested probe always shows what it proved
             val = "" if ln.value is None else f" = {ln.value}"
             fix = f"  fix: {ln.fix}" if ln.fix else ""
             c.print(f"[{STYLE[ln.level]}]{ln.level:7s}[/] {ln.rule:6s} {ln.key}{val}: {ln.why}{fix}", soft_wrap=True)
