@@ -15,13 +15,25 @@ from .conftest import record
 pytestmark = pytest.mark.gpu
 
 
+def _rollout(cfg, **kw):
+    return replace(cfg, rollout=replace(cfg.rollout, **kw))
+
+
 def configs():
-    d32 = clean_config("tiny-dense", "blockwise-fp32")              # DeepGEMM on, E8M0 off (resolved)
+    """Each model x scale format x DeepGEMM E8M0 setting (clean configs resolve FP32 -> E8M0 off, power-of-two ->
+    on); the last one also routes the MoE experts through DeepGEMM, which requantizes them too."""
+    d32, p32 = clean_config("tiny-dense", "blockwise-fp32"), clean_config("tiny-dense", "blockwise-pow2")
+    m32, mp2 = clean_config("tiny-moe", "blockwise-fp32"), clean_config("tiny-moe", "blockwise-pow2")
     return {
         "dense-fp32": d32,
-        "dense-fp32-e8m0": replace(d32, rollout=replace(d32.rollout, deep_gemm_e8m0=True)),   # vLLM's default
-        "dense-pow2-e8m0": clean_config("tiny-dense", "blockwise-pow2"),
-        "moe-fp32": clean_config("tiny-moe", "blockwise-fp32"),
+        "dense-fp32-e8m0": _rollout(d32, deep_gemm_e8m0=True),      # vLLM's own default on Hopper
+        "dense-pow2-e8m0": p32,
+        "moe-fp32": m32,
+        "dense-pow2": _rollout(p32, deep_gemm_e8m0=False),
+        "moe-fp32-e8m0": _rollout(m32, deep_gemm_e8m0=True),
+        "moe-pow2-e8m0": mp2,
+        "moe-pow2": _rollout(mp2, deep_gemm_e8m0=False),
+        "moe-fp32-e8m0-deepgemm-experts": _rollout(m32, deep_gemm_e8m0=True, moe_backend="deep_gemm"),
     }
 
 
