@@ -4,9 +4,9 @@ vLLM (tests/gpu/test_vllm_conformance.py) pins which transform the engine actual
 import pytest
 import torch
 
+from e2e.conformance import configs
 from harness.formats.bytes import as_bytes
 from harness.sync.session import reference_sync
-from tests.gpu.test_vllm_conformance import configs
 
 
 def _state(name):

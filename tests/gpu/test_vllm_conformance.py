@@ -1,40 +1,17 @@
 """The CPU reference rollout installs exactly what real vLLM 0.26 installs (after loading and post-processing),
 parameter by parameter and byte for byte, for each DeepGEMM setting; and its forward scores prompts like vLLM."""
-from dataclasses import replace
 
 import pytest
 import torch
 
+from e2e.conformance import configs
 from harness.formats.bytes import as_bytes
-from faults.matrix import clean_config
 from harness.sync.session import reference_sync
 from invariants.probes import PROMPTS
 
 from .conftest import record
 
 pytestmark = pytest.mark.gpu
-
-
-def _rollout(cfg, **kw):
-    return replace(cfg, rollout=replace(cfg.rollout, **kw))
-
-
-def configs():
-    """Each model x scale format x DeepGEMM E8M0 setting (clean configs resolve FP32 -> E8M0 off, power-of-two ->
-    on); the last one also routes the MoE experts through DeepGEMM, which requantizes them too."""
-    d32, p32 = clean_config("tiny-dense", "blockwise-fp32"), clean_config("tiny-dense", "blockwise-pow2")
-    m32, mp2 = clean_config("tiny-moe", "blockwise-fp32"), clean_config("tiny-moe", "blockwise-pow2")
-    return {
-        "dense-fp32": d32,
-        "dense-fp32-e8m0": _rollout(d32, deep_gemm_e8m0=True),      # vLLM's own default on Hopper
-        "dense-pow2-e8m0": p32,
-        "moe-fp32": m32,
-        "dense-pow2": _rollout(p32, deep_gemm_e8m0=False),
-        "moe-fp32-e8m0": _rollout(m32, deep_gemm_e8m0=True),
-        "moe-pow2-e8m0": mp2,
-        "moe-pow2": _rollout(mp2, deep_gemm_e8m0=False),
-        "moe-fp32-e8m0-deepgemm-experts": _rollout(m32, deep_gemm_e8m0=True, moe_backend="deep_gemm"),
-    }
 
 
 def _install(ray, eng, res):
