@@ -64,34 +64,8 @@ class CheckContext:
     def rollout_hf(self) -> dict:
         """Rollout tensors mapped back to checkpoint coordinates (fusion and TP narrowing undone). A source
         whose pieces are missing or misshapen in the rollout is left out and explained in `rollout_hf_errors`."""
-        from harness.layouts import rank_name
-        layout, tp = self.config.layout, self.config.rollout.tp_size
-        out, errors = {}, {}
-        pieces = [(r, p) for r in range(tp) for p in layout.vllm_load_pieces(r)]
-        shapes = {**layout.hf_shapes, **layout._scale_shapes(layout.hf_shapes, layout.fp8_hf)}
-        for r, p in pieces:
-            if p.src in errors:
-                continue
-            key = rank_name(p.dst, r, tp)
-            if key not in self.rollout:
-                errors[p.src] = f"rollout has no parameter {key}"
-                out.pop(p.src, None)
-                continue
-            d = self.rollout[key]
-            d = d[p.dst_index] if p.dst_index is not None else d
-            d = d[p.dst_row:p.dst_row + p.rows]
-            if p.src not in out:
-                import torch
-                out[p.src] = torch.zeros(shapes[p.src], dtype=d.dtype)
-            v = out[p.src][p.src_row:p.src_row + p.rows]
-            if p.cols is not None:
-                v = v[:, p.src_col:p.src_col + p.cols]
-            if tuple(v.shape) != tuple(d.shape) or v.dtype != d.dtype:
-                errors[p.src] = f"rollout parameter {key} slice has shape {tuple(d.shape)} {d.dtype}, " \
-                                f"expected {tuple(v.shape)}"
-                out.pop(p.src, None)
-                continue
-            v.copy_(d)
+        errors: dict[str, str] = {}
+        out = self.config.layout.vllm_to_hf(self.rollout, errors=errors)
         self.rollout_hf_errors = errors
         return out
 

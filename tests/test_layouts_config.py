@@ -43,7 +43,7 @@ def test_vllm_layout_roundtrip(model, tp):
     cfg = SyncConfig.from_dict({"model": model, "rollout.tp_size": tp})
     hf = cfg.layout.megatron_to_hf(_quantized_megatron(cfg))
     ranks = [cfg.layout.hf_to_vllm(hf, r) for r in range(tp)]
-    back = cfg.layout.vllm_to_hf(ranks)
+    back = cfg.layout.vllm_to_hf(cfg.layout.ranks_to_params(ranks))
     assert set(back) == set(hf)
     for n in hf:
         assert torch.equal(back[n].view(torch.uint8), hf[n].view(torch.uint8)), n

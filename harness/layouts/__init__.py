@@ -2,7 +2,7 @@
 rollout engine (vLLM parameters, per tensor-parallel rank). Built once per SyncConfig (`config.layout`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -101,17 +101,23 @@ class LayoutMap:
     def hf_to_vllm(self, tensors: dict[str, torch.Tensor], rank: int = 0) -> dict[str, torch.Tensor]:
         return assemble(self.vllm_load_pieces(rank), tensors, self.vllm_param_shapes(rank))
 
-    def vllm_to_hf(self, ranks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-        """Undo fusion and TP narrowing: every rank's parameters back to HF checkpoint coordinates."""
-        pieces, dests = [], {}
-        for r, params in enumerate(ranks):
-            for p in self.vllm_load_pieces(r):
-                key = rank_name(p.dst, r, self.tp)
-                pieces.append(Piece(p.src, key, p.src_row, p.dst_row, p.rows, p.src_col, p.cols, p.dst_index))
-            for n, t in params.items():
-                dests[rank_name(n, r, self.tp)] = t
-        shapes = {**self.hf_shapes, **self._scale_shapes(self.hf_shapes, self.fp8_hf)}
-        return disassemble(pieces, dests, shapes)
+    def rollout_pieces(self, with_scales: bool = True) -> list[Piece]:
+        """Every rank's load pieces, destinations named per rank (`rank_name`), as a rollout snapshot keys them."""
+        return [replace(p, dst=rank_name(p.dst, r, self.tp)) for r in range(self.tp)
+                for p in (self.vllm_load_pieces(r) if with_scales else self.vllm[r])]
+
+    def vllm_to_hf(self, params, with_scales: bool = True, errors: dict[str, str] | None = None
+                   ) -> dict[str, torch.Tensor]:
+        """Undo fusion and TP narrowing: rollout parameters (keys per `rank_name`) back to HF checkpoint
+        coordinates. The one inverse the checks, the reference forward and the tests share; `errors` as in
+        `disassemble` (strict without it)."""
+        shapes = {**self.hf_shapes, **self._scale_shapes(self.hf_shapes, self.fp8_hf)} if with_scales \
+            else self.hf_shapes
+        return disassemble(self.rollout_pieces(with_scales), params, shapes, errors)
+
+    def ranks_to_params(self, ranks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """Per-rank parameter dicts -> one dict keyed per `rank_name`."""
+        return {rank_name(n, r, self.tp): t for r, params in enumerate(ranks) for n, t in params.items()}
 
     def vllm_sources(self, name: str, rank: int = 0) -> list[Piece]:
         """Which HF tensors (and rows) make up one vLLM parameter (for findings' evidence)."""

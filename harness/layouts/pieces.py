@@ -75,17 +75,30 @@ def assemble(pieces, sources: dict[str, torch.Tensor], dst_shapes: dict[str, tup
     return out
 
 
-def disassemble(pieces, dests: dict[str, torch.Tensor], src_shapes: dict[str, tuple]) -> dict[str, torch.Tensor]:
-    """Inverse of `assemble`: recover every source tensor from the destinations (checkpoint coordinates)."""
+def disassemble(pieces, dests, src_shapes: dict[str, tuple], errors: dict[str, str] | None = None
+                ) -> dict[str, torch.Tensor]:
+    """Inverse of `assemble`: recover every source tensor from the destinations (checkpoint coordinates).
+    errors=None: strict, LayoutError on a missing or misshapen destination. A dict: tolerant, for checks on a
+    possibly broken engine: the affected source is left out and the reason recorded under its name."""
     out: dict[str, torch.Tensor] = {}
     for p in pieces:
+        if errors is not None and p.src in errors:
+            continue
+        why = None
         if p.dst not in dests:
-            raise LayoutError(f"tensor {p.dst!r} is missing (holds {p.src!r})")
-        d = _dst_view(dests[p.dst], p)
-        if p.src not in out:
-            out[p.src] = torch.zeros(src_shapes[p.src], dtype=d.dtype)
-        v = _src_view(out[p.src], p)
-        if d.shape != v.shape:
-            raise LayoutError(f"{p.dst} -> {p.src}: shape {tuple(d.shape)} does not fit {tuple(v.shape)}")
-        v.copy_(d)
+            why = f"tensor {p.dst!r} is missing (holds {p.src!r})"
+        else:
+            d = _dst_view(dests[p.dst], p)
+            if p.src not in out:
+                out[p.src] = torch.zeros(src_shapes[p.src], dtype=d.dtype)
+            v = _src_view(out[p.src], p)
+            if d.shape != v.shape or d.dtype != v.dtype:
+                why = f"{p.dst} slice has shape {tuple(d.shape)} {d.dtype}, expected {tuple(v.shape)} {v.dtype}"
+        if why is None:
+            v.copy_(d)
+        elif errors is None:
+            raise LayoutError(why)
+        else:
+            errors[p.src] = why
+            out.pop(p.src, None)
     return out

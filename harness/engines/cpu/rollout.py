@@ -29,7 +29,7 @@ import torch
 from ...config import SyncConfig, matches_any
 from ...formats.bytes import as_bytes
 from ..vllm_numerics import post_load_requant, vllm_online_quant
-from ...layouts import Piece, disassemble, engine_module, is_scale_name, rank_name, scale_name, weight_of_scale
+from ...layouts import Piece, engine_module, is_scale_name, rank_name, scale_name, weight_of_scale
 from ...models import LINEAR
 from .forward import Weights, token_logprobs, vllm_act_quant
 
@@ -351,13 +351,7 @@ class ReferenceRollout:
                     continue
                 d[n] = self.recipe.dequantize_weight(t, params[scale_name(n)]) if self.is_fp8_param(n) else t.float()
             deq.append(d)
-        pieces, dests = [], {}
-        for r in range(self.tp):
-            for p in self.layout.vllm[r]:
-                pieces.append(Piece(p.src, rank_name(p.dst, r, self.tp), p.src_row, p.dst_row, p.rows, p.src_col,
-                                    p.cols, p.dst_index))
-            dests.update({rank_name(n, r, self.tp): t for n, t in deq[r].items()})
-        hf = disassemble(pieces, dests, self.layout.hf_shapes)
+        hf = self.layout.vllm_to_hf(self.layout.ranks_to_params(deq), with_scales=False)
         fp8 = frozenset(p.src for p in self.layout.vllm[0] if self.param_module(p.dst) in self.fp8_modules)
         return Weights(hf, fp8, vllm_act_quant(self.recipe, ue8m0=self.config.requant_ue8m0))
 
