@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 from harness import strategies as fst
 from harness.config import ConfigError, SyncConfig, matches
 from harness.formats import get_recipe
-from harness.layouts import LayoutError, LayoutMap, Piece, scale_name
+from harness.layouts import LayoutError, LayoutMap, Piece, scale_name, split_rank_name
 from harness.models import MODELS, get_model
 
 fake = Faker()
@@ -120,3 +120,21 @@ def test_generated_models_roundtrip(spec):
     cfg = SyncConfig(model=spec.name)
     LayoutMap(spec, cfg.fp8_tensors, (128, 128), tp=1)
     assert get_model(spec.name) is spec
+
+
+def test_vllm_to_hf_strict_raises_and_tolerant_explains():
+    """A rollout missing one fused parameter: the strict inverse names it; the tolerant one (what the checks
+    use on a possibly broken engine) leaves exactly the affected HF tensors out and says why for each."""
+    cfg = SyncConfig.from_dict({"model": "tiny-dense", "rollout.tp_size": 2})
+    hf = cfg.layout.megatron_to_hf(_quantized_megatron(cfg))
+    params = cfg.layout.ranks_to_params([cfg.layout.hf_to_vllm(hf, r) for r in range(2)])
+    gone = next(k for k in params if "qkv_proj.weight" in k and "scale" not in k)
+    del params[gone]
+    with pytest.raises(LayoutError, match="qkv_proj.weight"):
+        cfg.layout.vllm_to_hf(params)
+    errors = {}
+    back = cfg.layout.vllm_to_hf(params, errors=errors)
+    layer = split_rank_name(gone)[1].split(".self_attn")[0]
+    lost = {f"{layer}.self_attn.{p}_proj.weight" for p in "qkv"}
+    assert set(errors) == lost and all("qkv_proj.weight" in why for why in errors.values()), errors
+    assert set(back) == set(hf) - lost
