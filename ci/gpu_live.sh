@@ -10,9 +10,11 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 FP8CHECK="python3 -m harness"             # the console script, without needing `pip install -e .`
 rc=0
 if [[ ${1:-all} != moe ]]; then
-  $FP8CHECK live --model tiny-dense --recipe blockwise-fp32 --steps 2 --faults all \
+  $FP8CHECK live --model tiny-dense --recipe blockwise-fp32 --steps 2 --faults all --snapshot "$OUTDIR/snapshot-dense" \
     --out "$OUTDIR/live-dense.json" 2>&1 | tee "$OUTDIR/live-dense.log" | grep -v "^(\|INFO\|WARNING" | tail -40
   rc=$((rc | PIPESTATUS[0]))
+  # the captured engine state checks green later, without the engines
+  $FP8CHECK verify "$OUTDIR/snapshot-dense" | tail -3; rc=$((rc | PIPESTATUS[0]))
 fi
 if [[ ${1:-all} != dense ]]; then
   $FP8CHECK live --model tiny-moe --recipe blockwise-fp32 --steps 2 --faults experts_permuted scale_x2_block \

@@ -15,7 +15,7 @@ from harness.config import SyncConfig
 from harness.engines.digest import SEEDS, device_digest
 from harness.engines.vllm_numerics import post_load_requant
 from harness.layouts import is_scale_name, rank_name, scale_name
-from harness.snapshot import Snapshot
+from harness.snapshot import Snapshot, snapshot_manifest, write_snapshot_dir
 from harness.sync.payload import build_payload
 from harness.sync.session import payload_snapshot
 from harness.sync.transport import pack, unpack
@@ -92,6 +92,7 @@ class LiveSession:
         self.version = ray.get(self.trainer.info.remote())["step"]
         self.previous_hf = None
         self.probe_bounds = None
+        self.last_clean = None
 
     def step(self) -> int:
         self.previous_hf = self.ray.get(self.trainer.export_hf.remote())
@@ -172,11 +173,25 @@ class LiveSession:
             findings = [f for f in findings if f.invariant_id != "P1"] + run_catalog(
                 _with_bounds(ctx, self.probe_bounds), ids=["P1"])
         t["checks"] = time.perf_counter() - t4
+        if fault is None and not naive and not direct:
+            self.last_clean = ctx                 # what `write_snapshot` records (the engine holds this sync)
         out = SyncOutcome(label, self.version, findings, len(mismatch), len(got), {k: round(v, 3) for k, v in t.items()},
                           None if res["ok"] else res["error"], metrics)
         out.extra["mismatching_params"] = mismatch[:20]
         out.extra["probe_bounds"] = self.probe_bounds
         return out
+
+    def write_snapshot(self, out: str) -> str:
+        """The last clean sync as a snapshot directory that `fp8check verify` checks later, elsewhere: the
+        learner's FP8 forward weights, the payload, and every parameter the sampler's kernels read, fetched in
+        full from the worker (not the digest-first view). Reading never changes the engine."""
+        ctx = self.last_clean
+        if ctx is None:
+            raise RuntimeError("no clean sync to snapshot yet: take a step and sync first")
+        rollout = Snapshot("rollout", self.ray.get(self.rollout.kernel_tensors.remote()), dict(ctx.rollout.meta))
+        snaps = {"master": ctx.master, "trainer": ctx.trainer, "payload": ctx.payload, "rollout": rollout}
+        write_snapshot_dir(out, snapshot_manifest(self.config, ctx.trainer.meta.get("version"), **snaps), **snaps)
+        return f"wrote {out}/ (step {ctx.trainer.meta.get('version')}, {len(rollout.tensors)} engine parameters)"
 
     def kernel_state(self) -> dict:
         return self.ray.get(self.rollout.kernel_tensors.remote())
@@ -209,9 +224,11 @@ ALL_LIVE_FAULTS = tuple(f for f in LIVE_FAULTS if f not in DESTRUCTIVE) + tuple(
 
 
 def run_live(config: SyncConfig, steps: int, workdir: str, faults: list[str] = (), probes: bool = True,
-             fp8_source: str = "megatron", session: "LiveSession | None" = None) -> dict:
+             fp8_source: str = "megatron", session: "LiveSession | None" = None,
+             snapshot_dir: str | None = None) -> dict:
     """`fp8check live`: start both engines, take `steps` optimizer steps with a checked sync after each, then
-    inject the requested faults (each followed by a clean re-sync that must pass again)."""
+    inject the requested faults (each followed by a clean re-sync that must pass again); `snapshot_dir`: write
+    the last clean sync there for `fp8check verify`."""
     from faults import FAULTS
     s = session or LiveSession(config, workdir, fp8_source=fp8_source)
     report = {"config": config.to_dict(), "start_seconds": round(s.start_seconds, 1), "trainer": s.trainer_info,
@@ -230,4 +247,6 @@ def run_live(config: SyncConfig, steps: int, workdir: str, faults: list[str] = (
                                  **o.to_json()})
         report["syncs"].append(s.sync(f"clean re-sync after {name}").to_json())
     report["trainer_after"] = s.ray.get(s.trainer.info.remote())
+    if snapshot_dir:
+        report["snapshot"] = s.write_snapshot(snapshot_dir)
     return report

@@ -69,6 +69,31 @@ def test_run_live_report_and_rendering(tmp_path, capsys):
     assert json.load(open(tmp_path / "live.json"))["faults"][0]["fault"] == "experts_permuted"
 
 
+def test_live_snapshot_verifies_elsewhere_and_tampering_is_caught(tmp_path):
+    """`fp8check live --snapshot DIR`: the last clean sync, read back in full from the engine, verifies green
+    with `fp8check verify`; one flipped scale in the captured engine state turns it red (S3)."""
+    from e2e.live import run_live
+    from harness.cli.snapshot import verify_dir
+    from harness.snapshot import read_snapshot_dir, write_snapshot_dir
+    cfg = clean_config("tiny-dense", "blockwise-fp32")
+    out = tmp_path / "snap"
+    rep = run_live(cfg, 1, str(tmp_path), ["scale_x2_block"], session=cpu_session(cfg), snapshot_dir=str(out))
+    assert "27 engine parameters" in rep["snapshot"]
+    assert verify_dir(str(out), as_json=True) == 0
+    snap = read_snapshot_dir(str(out))
+    rollout = {n: snap.rollout[n].clone() for n in snap.rollout.names()}
+    name = next(n for n in rollout if n.endswith("qkv_proj.weight_scale_inv"))
+    rollout[name].view(-1)[0] *= 2
+    from harness.snapshot import Snapshot
+    write_snapshot_dir(str(out), snap.manifest, rollout=Snapshot("rollout", rollout, snap.rollout.meta))
+    import io
+    from contextlib import redirect_stdout
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert verify_dir(str(out), as_json=True) == 1
+    assert '"S3"' in buf.getvalue()
+
+
 def test_live_without_gpu_is_one_line_exit_2():
     import subprocess
     import sys

@@ -32,7 +32,8 @@ def run(args) -> int:
         if n not in FAULTS:
             raise UsageError(f"--faults {n}: unknown fault; `fp8check faults --list` shows them")
     workdir = args.workdir or tempfile.mkdtemp(prefix="fp8check-live-")
-    report = run_live(config, args.steps, workdir, names, probes=not args.no_probes, fp8_source=args.trainer)
+    report = run_live(config, args.steps, workdir, names, probes=not args.no_probes, fp8_source=args.trainer,
+                      snapshot_dir=args.snapshot)
     return render(report, config, args, workdir)
 
 
@@ -62,6 +63,8 @@ def render(report: dict, config, args, workdir: str) -> int:
             for f in report["faults"]:
                 ft.add_row(f["fault"], ",".join(f.get("must_trip", [])), ",".join(f.get("fired", [])), f["verdict"])
             con.print(ft)
+        if report.get("snapshot"):
+            con.print(report["snapshot"])
         con.print(f"{'OK' if ok else 'FAILED'}; report written to {out}")
     return 0 if ok else 1
 
@@ -75,5 +78,7 @@ def register(sub, cfg_args):
     p.add_argument("--no-probes", action="store_true")
     p.add_argument("--workdir")
     p.add_argument("--out", help="JSON report path")
+    p.add_argument("--snapshot", metavar="DIR", help="write the last clean sync as a snapshot directory, read "
+                   "back in full from the engines (check it later with `fp8check verify DIR`)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=run)

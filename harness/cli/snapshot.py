@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from ..config import ConfigError, SyncConfig
-from ..snapshot import FILES, MANIFEST, SnapshotError, read_snapshot_dir, write_snapshot_dir
+from ..snapshot import FILES, MANIFEST, SnapshotError, read_snapshot_dir, snapshot_manifest, write_snapshot_dir
 from ..snapshot.model import Snapshot
 from ..sync.payload import tensor_digest
 from ..sync.session import reference_sync
@@ -14,17 +14,8 @@ from .report import console, findings_json, findings_table, junit_xml
 def write_reference_snapshot(config: SyncConfig, out: str, steps: int = 1) -> str:
     result, trainer, rollout = reference_sync(config, steps=steps)
     master = Snapshot("master", trainer.master_hf())
-    manifest = {
-        "model": config.model, "recipe": config.recipe.name, "sync": config.sync_mode, "step": result.version,
-        "seed": config.seed, "config": config.to_dict(),
-        "exclusion": {"high_precision": sorted(config.high_precision), "fp8": sorted(config.fp8_tensors),
-                      "ignored_layers": list(config.ignored_layers)},
-        "layout": config.layout.to_json(),
-        "payload": result.payload.meta, "trainer": result.trainer.meta, "rollout": result.rollout.meta,
-        "digests": {role: {n: tensor_digest(t) for n, t in s.tensors.items()}
-                    for role, s in (("master", master), ("trainer", result.trainer), ("payload", result.payload),
-                                    ("rollout", result.rollout))},
-    }
+    manifest = snapshot_manifest(config, result.version, master=master, trainer=result.trainer,
+                                 payload=result.payload, rollout=result.rollout)
     write_snapshot_dir(out, manifest, master=master, trainer=result.trainer, payload=result.payload,
                        rollout=result.rollout)
     n = {role: len(s.tensors) for role, s in (("trainer", result.trainer), ("payload", result.payload),

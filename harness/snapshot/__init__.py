@@ -1,4 +1,6 @@
-from .disk import FILES, MANIFEST, SnapshotDir, SnapshotError, read_snapshot_dir, write_snapshot_dir
+from .disk import (FILES, MANIFEST, SnapshotDir, SnapshotError, read_snapshot_dir, snapshot_manifest,
+                   write_snapshot_dir)
 from .model import Snapshot
 
-__all__ = ["FILES", "MANIFEST", "Snapshot", "SnapshotDir", "SnapshotError", "read_snapshot_dir", "write_snapshot_dir"]
+__all__ = ["FILES", "MANIFEST", "Snapshot", "SnapshotDir", "SnapshotError", "read_snapshot_dir", "snapshot_manifest",
+           "write_snapshot_dir"]

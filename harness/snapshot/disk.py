@@ -77,6 +77,22 @@ class SnapshotDir:
     rollout: Snapshot
 
 
+def snapshot_manifest(config, step: int | None, **snaps: Snapshot) -> dict:
+    """What a snapshot directory records beside its tensors: the config that drove the sync (so `verify` runs
+    the same checks elsewhere), the exclusion set and layout map it implies, each role's metadata and the
+    digest of every tensor (edits after capture are reported)."""
+    from ..sync.payload import tensor_digest
+    return {
+        "model": config.model, "recipe": config.recipe.name, "sync": config.sync_mode, "step": step,
+        "seed": config.seed, "config": config.to_dict(),
+        "exclusion": {"high_precision": sorted(config.high_precision), "fp8": sorted(config.fp8_tensors),
+                      "ignored_layers": list(config.ignored_layers)},
+        "layout": config.layout.to_json(),
+        **{role: s.meta for role, s in snaps.items() if role != "master"},
+        "digests": {role: {n: tensor_digest(t) for n, t in s.tensors.items()} for role, s in snaps.items()},
+    }
+
+
 def write_snapshot_dir(path: str, manifest: dict, **snaps: Snapshot) -> None:
     os.makedirs(path, exist_ok=True)
     for role, fname in FILES.items():
