@@ -2,14 +2,12 @@
 order not undone, 128-row block shift, 1x128 vs 128x128 grid, TE's padded scale layout on the wire."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from harness.formats import quantize_blockwise, wire_to_te
 from harness.layouts import scale_name
 
-from .base import Fault, fp8_targets, pick, register, replace_tensor, swap
+from .base import Fault, fp8_targets, pick, register, replace_tensor, swap, with_rollout
 
 
 def _transpose_square(c, p, ctx, index=0):
@@ -130,8 +128,8 @@ def _tp_swap(c, index=0):
     target = pick([n for n in fp8_targets(c) if n.endswith(("o_proj.weight", "down_proj.weight"))], index)
     orig = eng._pieces_for
 
-    def pieces(name, rank):
-        return orig(name, 1 - rank) if name in (target, scale_name(target)) else orig(name, rank)
+    def pieces(name, rank, rec):
+        return orig(name, 1 - rank, rec) if name in (target, scale_name(target)) else orig(name, rank, rec)
     eng._pieces_for = pieces
     return eng
 
@@ -139,4 +137,4 @@ def _tp_swap(c, index=0):
 register(Fault("tp_shards_swapped", "layouts", "engine", ("S2", "S4"),
                "with tensor parallelism 2, each rank narrows one row-parallel weight to the other rank's columns",
                _tp_swap, applies=lambda c: c.spec.name != "tiny-hybrid",
-               configure=lambda c: replace(c, rollout=replace(c.rollout, tp_size=2)), silent=True))
+               configure=with_rollout(tp_size=2), silent=True))

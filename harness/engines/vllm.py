@@ -20,7 +20,7 @@ import torch
 from ..config import SyncConfig
 from ..layouts import engine_module, rank_name, scale_name
 from .cpu.rollout import SENTINEL
-from .versions import param_versions
+from .versions import param_versions, served_versions, versions_meta
 
 PROMPT_LOGPROBS = 1
 
@@ -238,8 +238,7 @@ class VLLMEngine:
             "storage_moved": sorted(n for n in ptrs if ptrs[n] != self.ptrs_at_start.get(n)),
             "unmaterialized": sorted(rank_name(n, r, self.tp) for r, inf in enumerate(info) for n, i in inf.items()
                                      if i.get("meta")),
-            "versions": {rank_name(n, r, self.tp): sorted(v for v in vs if v is not None)
-                         for r in range(self.tp) for n, vs in self.versions[r].items()},
+            "versions": versions_meta(self.versions, self.tp),
             "updates": list(self.updates), "generations": list(self.generations),
         }
 
@@ -252,8 +251,7 @@ class VLLMEngine:
         for p, o in zip(prompts, outs):
             lp = [float(o.prompt_logprobs[i][p[i]].logprob) for i in range(1, len(p))]
             res.append(torch.tensor(lp, dtype=torch.float64))
-        vers = sorted({v for r in range(self.tp) for vs in self.versions[r].values() for v in vs if v is not None})
-        self.generations.append({"during_update": False, "versions": vers})
+        self.generations.append({"during_update": False, "versions": served_versions(self.versions)})
         return res
 
     def greedy(self, prompts, max_tokens: int = 8) -> list[list[int]]:

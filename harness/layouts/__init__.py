@@ -8,7 +8,7 @@ import torch
 
 from ..models import ModelSpec
 from .megatron import megatron_pieces
-from .pieces import LayoutError, Piece, assemble, disassemble
+from .pieces import LayoutError, Piece, assemble, disassemble, dst_view, src_view
 from .vllm import FUSIONS, ROW_PARALLEL, engine_module, vllm_module, vllm_pieces
 
 SCALE_SUFFIX = "_scale_inv"
@@ -133,4 +133,5 @@ class LayoutMap:
 
 
 __all__ = ["FUSIONS", "ROW_PARALLEL", "engine_module", "LayoutError", "LayoutMap", "Piece", "assemble", "disassemble",
-           "is_scale_name", "rank_name", "scale_name", "split_rank_name", "vllm_module", "weight_of_scale"]
+           "dst_view", "is_scale_name", "rank_name", "scale_name", "split_rank_name", "src_view", "vllm_module",
+           "weight_of_scale"]

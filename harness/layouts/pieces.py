@@ -41,14 +41,16 @@ class Piece:
                      self.src_col // bk, cols, self.dst_index, self.shard_id)
 
 
-def _src_view(t: torch.Tensor, p: Piece) -> torch.Tensor:
+def src_view(t: torch.Tensor, p: Piece) -> torch.Tensor:
+    """The rows (and columns) of the source tensor this piece carries."""
     v = t[p.src_row:p.src_row + p.rows]
     if p.cols is not None:
         v = v[:, p.src_col:p.src_col + p.cols]
     return v
 
 
-def _dst_view(t: torch.Tensor, p: Piece) -> torch.Tensor:
+def dst_view(t: torch.Tensor, p: Piece) -> torch.Tensor:
+    """The slot (expert) and rows of the destination tensor this piece fills."""
     if p.dst_index is not None:
         t = t[p.dst_index]
     return t[p.dst_row:p.dst_row + p.rows]
@@ -66,8 +68,8 @@ def assemble(pieces, sources: dict[str, torch.Tensor], dst_shapes: dict[str, tup
             dt = dtype or src.dtype
             out[p.dst] = torch.zeros(dst_shapes[p.dst], dtype=dt) if fill is None else \
                 torch.full(dst_shapes[p.dst], fill, dtype=dt)
-        v = _src_view(src, p)
-        d = _dst_view(out[p.dst], p)
+        v = src_view(src, p)
+        d = dst_view(out[p.dst], p)
         if d.shape != v.shape:
             raise LayoutError(f"{p.src} rows {p.src_row}:{p.src_row + p.rows} -> {p.dst}: shape {tuple(v.shape)} "
                               f"does not fit destination slice {tuple(d.shape)}")
@@ -88,10 +90,10 @@ def disassemble(pieces, dests, src_shapes: dict[str, tuple], errors: dict[str, s
         if p.dst not in dests:
             why = f"tensor {p.dst!r} is missing (holds {p.src!r})"
         else:
-            d = _dst_view(dests[p.dst], p)
+            d = dst_view(dests[p.dst], p)
             if p.src not in out:
                 out[p.src] = torch.zeros(src_shapes[p.src], dtype=d.dtype)
-            v = _src_view(out[p.src], p)
+            v = src_view(out[p.src], p)
             if d.shape != v.shape or d.dtype != v.dtype:
                 why = f"{p.dst} slice has shape {tuple(d.shape)} {d.dtype}, expected {tuple(v.shape)} {v.dtype}"
         if why is None:

@@ -29,8 +29,10 @@ import torch
 from ...config import SyncConfig, matches_any
 from ...formats.bytes import as_bytes
 from ..vllm_numerics import post_load_requant, vllm_online_quant
-from ...layouts import Piece, engine_module, is_scale_name, rank_name, scale_name, weight_of_scale
+from ...layouts import (Piece, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
+                        weight_of_scale)
 from ...models import LINEAR
+from ..versions import served_versions, versions_meta
 from .forward import Weights, token_logprobs, vllm_act_quant
 
 SENTINEL = 0xFF           # poison / uninitialised byte: NaN in e4m3fn, bf16 and fp32 alike
@@ -215,12 +217,18 @@ class ReferenceRollout:
         return out
 
     # -- loading -------------------------------------------------------------------------------------------------
-    def _pieces_for(self, name: str, rank: int) -> list[Piece]:
+    def _pieces_for(self, name: str, rank: int, rec: UpdateRecord) -> list[Piece]:
+        """Where a checkpoint tensor goes on one rank; an unknown name is refused, as vLLM's loader does."""
         if is_scale_name(name):
             w = weight_of_scale(name)
             bn, bk = self.recipe.block_shape
-            return [p.scaled(bn, bk, name, scale_name(p.dst)) for p in self.layout.vllm[rank] if p.src == w]
-        return [p for p in self.layout.vllm[rank] if p.src == name]
+            pieces = [p.scaled(bn, bk, name, scale_name(p.dst)) for p in self.layout.vllm[rank] if p.src == w]
+        else:
+            pieces = [p for p in self.layout.vllm[rank] if p.src == name]
+        if not pieces or any(p.dst not in self.params[rank] for p in pieces):
+            rec.errors.append(f"There is no module or parameter named '{name}' in the model")
+            raise EngineError(rec.errors[-1])
+        return pieces
 
     def _checkpoint_buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
         """A fresh checkpoint-format buffer (uninitialised: poison bytes). Online quant loads BF16 weights."""
@@ -252,10 +260,7 @@ class ReferenceRollout:
         for item in weights:
             name, tensor = item[0], item[1]
             for r in range(self.tp):
-                pieces = self._pieces_for(name, r)
-                if not pieces or any(p.dst not in self.params[r] for p in pieces):
-                    rec.errors.append(f"There is no module or parameter named '{name}' in the model")
-                    raise EngineError(rec.errors[-1])
+                pieces = self._pieces_for(name, r, rec)
                 if any(self.param_module(p.dst) in self.fp8_modules for p in pieces):
                     rec.errors.append(f"{name}: 'Parameter' object has no weight loader (vLLM 0.26 post-load "
                                       f"re-registered it; model.load_weights works once: use reload_weights)")
@@ -267,11 +272,7 @@ class ReferenceRollout:
     @staticmethod
     def _copy_piece(p: Piece, tensor: torch.Tensor, dst: torch.Tensor, name: str, rec: UpdateRecord) -> int:
         """param.data.copy_ of one layout piece (casts dtypes silently, like vLLM); returns elements written."""
-        view = dst[p.dst_index] if p.dst_index is not None else dst
-        view = view[p.dst_row:p.dst_row + p.rows]
-        src = tensor[p.src_row:p.src_row + p.rows]
-        if p.cols is not None:
-            src = src[:, p.src_col:p.src_col + p.cols]
+        view, src = dst_view(dst, p), src_view(tensor, p)
         if tuple(view.shape) != tuple(src.shape):
             rec.errors.append(f"{name}: loaded shape {tuple(src.shape)} does not match parameter "
                               f"{p.dst} slice {tuple(view.shape)}")
@@ -294,11 +295,7 @@ class ReferenceRollout:
             if self.on_load is not None:
                 self.on_load(self, name)
             for r in range(self.tp):
-                pieces = self._pieces_for(name, r)
-                if not pieces or any(p.dst not in self.params[r] for p in pieces):
-                    rec.errors.append(f"There is no module or parameter named '{name}' in the model")
-                    raise EngineError(rec.errors[-1])
-                for p in pieces:
+                for p in self._pieces_for(name, r, rec):
                     mod = self.param_module(p.dst)
                     if mod in done[r]:
                         rec.dropped_loads.append(rank_name(name, r, self.tp))
@@ -359,8 +356,7 @@ class ReferenceRollout:
         """Teacher-forced log-probs of the prompts' tokens, as the sampler scores them."""
         if self._updating and not self.allow_generate_during_update:
             raise EngineError("generation requested while a weight update is in progress")
-        vers = sorted({v for r in range(self.tp) for vs in self.versions[r].values() for v in vs if v is not None})
-        self.generations.append({"during_update": self._updating, "versions": vers})
+        self.generations.append({"during_update": self._updating, "versions": served_versions(self.versions)})
         W = self.hf_weights()
         return [token_logprobs(self.config.spec, W, p) for p in prompts]
 
@@ -380,8 +376,7 @@ class ReferenceRollout:
             "param_dtypes": {rank_name(n, r, self.tp): str(t.dtype).removeprefix("torch.")
                              for r, ps in enumerate(self.params) for n, t in ps.items()},
             "storage_moved": sorted(n for n in ptrs if ptrs[n] != self.ptrs_at_start.get(n)),
-            "versions": {rank_name(n, r, self.tp): sorted(v for v in vs if v is not None)
-                         for r in range(self.tp) for n, vs in self.versions[r].items()},
+            "versions": versions_meta(self.versions, self.tp),
             "updates": [u.to_json() for u in self.updates],
             "generations": list(self.generations),
         }
