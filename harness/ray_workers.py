@@ -119,9 +119,8 @@ class TrainerWorker:
         return self.t.export_hf()
 
     def master_hf(self) -> dict:
-        from .engines.cpu.trainer import _masters
-        return self.config.layout.megatron_to_hf(_masters(self.config.model, self.config.seed, self.t.step),
-                                                 with_scales=False)
+        from .engines.cpu.trainer import masters_hf
+        return masters_hf(self.config, self.t.step)
 
     def logprobs(self, prompts) -> list:
         return self.t.logprobs(prompts)

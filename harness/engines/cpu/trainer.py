@@ -36,6 +36,11 @@ def _masters(model: str, seed: int, step: int) -> dict:
     return {k: prev[k] + (lr * 10 * 0.05) * torch.randn(prev[k].shape, generator=g) for k in sorted(prev)}
 
 
+def masters_hf(config: SyncConfig, step: int) -> dict:
+    """The fp32 masters at `step` under HF names (both trainers, CPU and Megatron/TE, hold exactly these)."""
+    return config.layout.megatron_to_hf(_masters(config.model, config.seed, step), with_scales=False)
+
+
 _EXPORTS: dict = {}
 
 
@@ -93,7 +98,7 @@ class ReferenceTrainer:
         return dict(hit)
 
     def master_hf(self) -> dict[str, torch.Tensor]:
-        return self.layout.megatron_to_hf({k: v for k, v in self.masters.items()}, with_scales=False)
+        return masters_hf(self.config, self.step)
 
     def forward_weights(self) -> Weights:
         hf = self.export_hf()
