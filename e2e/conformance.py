@@ -1,12 +1,11 @@
 """The engine configurations the CPU reference rollout is proven against on the GPU machine
 (tests/gpu/test_vllm_conformance.py), shared with the CPU test that they are distinguishable."""
-from dataclasses import replace
-
+from faults.base import with_rollout
 from faults.matrix import clean_config
 
 
 def _rollout(cfg, **kw):
-    return replace(cfg, rollout=replace(cfg.rollout, **kw))
+    return with_rollout(**kw)(cfg)
 
 
 def configs():

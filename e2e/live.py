@@ -89,7 +89,7 @@ class LiveSession:
         self.rollout_info = ray.get(self.rollout.ready.remote())
         self.trainer_info = ray.get(self.trainer.info.remote())
         self.start_seconds = time.perf_counter() - t0
-        self.version = ray.get(self.trainer.info.remote())["step"]
+        self.version = self.trainer_info["step"]
         self.previous_hf = None
         self.probe_bounds = None
         self.last_clean = None

@@ -8,6 +8,7 @@ from harness.config import SyncConfig
 from harness.engines.cpu.rollout import ReferenceRollout
 from harness.engines.cpu.trainer import ReferenceTrainer
 from harness.engines.digest import device_digest
+from harness.layouts import scale_name
 
 
 class _Method:
@@ -77,7 +78,7 @@ class CPURolloutWorker:
         for n, t, v in items:
             if n in self.e.config.fp8_tensors:
                 q, s = vllm_online_quant(t, self.e.recipe)
-                out += [(n, q, v), (n + "_scale_inv", s, v)]
+                out += [(n, q, v), (scale_name(n), s, v)]
             else:
                 out.append((n, t, v))
         return out

@@ -1,11 +1,10 @@
 """Live on the real engines: checked on-policy syncs over optimizer steps, policy probes, live fault injection,
 and proof that checking never changes engine state."""
-from dataclasses import replace
-
 import pytest
 
 from e2e.live import ALL_LIVE_FAULTS, DESTRUCTIVE, LiveSession
 from faults import FAULTS
+from faults.base import with_rollout
 from faults.matrix import clean_config
 from harness.engines.digest import SEEDS
 
@@ -45,7 +44,7 @@ def test_live_naive_bf16_sync_trips_s2(trainer, engine, workdir):
 
 def test_live_fp32_scales_through_vllm_default_e8m0_trip_s3(trainer, engine, workdir):
     base = clean_config("tiny-dense", "blockwise-fp32")
-    cfg = replace(base, rollout=replace(base.rollout, deep_gemm_e8m0=True))     # vLLM 0.26's Hopper default
+    cfg = with_rollout(deep_gemm_e8m0=True)(base)     # vLLM 0.26's Hopper default
     s = session(trainer, engine, workdir, cfg)
     s.step()
     o = s.sync("fp32 scales, DeepGEMM E8M0 on", probes=True)

@@ -1,5 +1,6 @@
 """The CPU reference rollout installs exactly what real vLLM 0.26 installs (after loading and post-processing),
 parameter by parameter and byte for byte, for each DeepGEMM setting; and its forward scores prompts like vLLM."""
+from dataclasses import replace
 
 import pytest
 import torch
@@ -54,14 +55,13 @@ def test_logprobs_match_reference_forward(ray_session, engine, name):
     """Stated tolerance: mean |dlogprob| < 0.15 (measured 0.09 on dense-pow2: bf16 activations and residuals
     in vLLM vs the fp32 reference), and at most half of the distance to a *different* policy (the control:
     the same model synced from another seed) -- the reference must tell policies apart as vLLM does."""
-    from dataclasses import replace as dc_replace
     cfg = configs()[name]
     eng = engine(cfg)
     res, _, ref_rollout = reference_sync(cfg)
     _install(ray_session, eng, res)
     live = ray_session.get(eng.generate_logprobs.remote(PROMPTS))
     ref = ref_rollout.generate_logprobs(PROMPTS)
-    other = reference_sync(dc_replace(cfg, seed=cfg.seed + 1))[2].generate_logprobs(PROMPTS)
+    other = reference_sync(replace(cfg, seed=cfg.seed + 1))[2].generate_logprobs(PROMPTS)
     d = torch.cat([a.double() - b.double() for a, b in zip(live, ref)]).abs()
     dc = torch.cat([a.double() - b.double() for a, b in zip(live, other)]).abs()
     record("vllm_logprob_conformance", engine=name, mean_abs=float(d.mean()), max_abs=float(d.max()),
