@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Callable, Iterable
 
 from harness.config import SyncConfig
+from harness.layouts import scale_name
 from harness.snapshot import Snapshot
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
@@ -45,7 +46,7 @@ class CheckContext:
         """One trainer tensor as fp32 values (FP8 dequantized), computed on demand and kept; None if absent."""
         cache = self.__dict__.setdefault("_trainer_value", {})
         if name not in cache:
-            cfg, sn = self.config, name + "_scale_inv"
+            cfg, sn = self.config, scale_name(name)
             t, s = self.trainer.get(name), self.trainer.get(sn)
             try:
                 cache[name] = None if t is None else (cfg.recipe.dequantize_weight(t, s)

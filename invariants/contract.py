@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.layouts import scale_name
+
 from .base import CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff
 
@@ -29,12 +31,12 @@ def c1_recipe(ctx: CheckContext):
         src = m if cfg.trainer.fp8_param else m.to(torch.bfloat16)
         q, s = cfg.recipe.quantize_weight(src)
         n += 1
-        for what, exp, got in (("codes", q, ctx.trainer[name]), ("scale_inv", s, ctx.trainer.get(name + "_scale_inv"))):
+        for what, exp, got in (("codes", q, ctx.trainer[name]), ("scale_inv", s, ctx.trainer.get(scale_name(name)))):
             if got is None:
                 continue
             ev = bit_diff(exp, got)
             if ev:
-                out.append(fail("C1", name if what == "codes" else name + "_scale_inv",
+                out.append(fail("C1", name if what == "codes" else scale_name(name),
                                 f"trainer {what} are not recipe {cfg.recipe.name!r} applied to the master "
                                 f"(scale format or amax epsilon differs from what the config declares)", **ev))
                 break

@@ -11,7 +11,7 @@ import torch
 
 from harness.engines.vllm_numerics import post_load_requant, requant_applies
 from harness.formats import E8M0, is_pow2
-from harness.layouts import engine_module, is_scale_name, scale_name, split_rank_name
+from harness.layouts import engine_module, is_scale_name, scale_name, split_rank_name, weight_of_scale
 from harness.sync.payload import ROLE_HP, expected_wire
 
 from .base import CheckContext, fail, invariant, passed, unknown
@@ -289,7 +289,7 @@ def s4_layout(ctx: CheckContext):
         for r in ctx.payload.meta.get("records", []):
             n, shp = r["name"], tuple(r["shape"])
             if is_scale_name(n):
-                w = n[: -len("_scale_inv")]
+                w = weight_of_scale(n)
                 if w in hf_shapes and shp != recipe.scale_grid(hf_shapes[w]):
                     out.append(fail("S4", n, f"scale grid {list(shp)} on the wire, expected the unpadded "
                                              f"{list(recipe.scale_grid(hf_shapes[w]))}", stage="wire"))
@@ -369,7 +369,7 @@ def s5_dtypes(ctx: CheckContext):
     for k in ctx.rollout.names():
         _, n = split_rank_name(k)
         if is_scale_name(n):
-            exp = _dtype(str(cfg.recipe.scale_dtype)) if n[: -len("_scale_inv")] in fp8_params else None
+            exp = _dtype(str(cfg.recipe.scale_dtype)) if weight_of_scale(n) in fp8_params else None
         else:
             exp = _dtype(str(cfg.recipe.fp8_dtype)) if n in fp8_params else "bfloat16"
         got = _dtype(str(ctx.rollout[k].dtype))

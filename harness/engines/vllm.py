@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 import torch
 
 from ..config import SyncConfig
-from ..layouts import engine_module, rank_name, scale_name
+from ..layouts import engine_module, rank_name, scale_name, weight_of_scale
 from .cpu.rollout import SENTINEL
 from .versions import param_versions, served_versions, versions_meta
 
@@ -217,7 +217,7 @@ class VLLMEngine:
         out = self.rpc(_w_quantize_online, [(n, t, n in fp8) for n, t, _ in items],
                        list(self.config.recipe.block_shape))[0]
         ver = {n: v for n, _, v in items}
-        return [(n, t, ver.get(n, ver.get(n.removesuffix("_scale_inv")))) for n, t in out]
+        return [(n, t, ver.get(n, ver.get(weight_of_scale(n)))) for n, t in out]
 
     # -- reading (never mutates) ---------------------------------------------------------------------------------
     def kernel_tensors(self, names=None) -> dict:

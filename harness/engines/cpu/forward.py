@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from ...formats import Recipe, dequantize_mxfp8, quantize_blockwise, quantize_mxfp8
 from ...formats.blockwise import dequantize_blockwise
 from ...formats.cast import cast_to_fp8
+from ...layouts import is_scale_name, scale_name
 from ...models import ModelSpec
 
 ActQuant = Callable[[torch.Tensor], torch.Tensor]
@@ -69,10 +70,10 @@ def dequantize_state(recipe: Recipe, state: dict[str, torch.Tensor], fp8_names) 
     """codes/scale_inv pairs -> fp32 weights; other tensors -> fp32."""
     out = {}
     for n, t in state.items():
-        if n.endswith("_scale_inv"):
+        if is_scale_name(n):
             continue
         if n in fp8_names:
-            out[n] = recipe.dequantize_weight(t, state[n + "_scale_inv"])
+            out[n] = recipe.dequantize_weight(t, state[scale_name(n)])
         else:
             out[n] = t.float()
     return out
