@@ -48,12 +48,12 @@ def bench_digest():
 
 
 def bench_sync():
-    from faults.matrix import clean_config
+    from harness.config import recommended_config
     from harness.snapshot import Snapshot
     from harness.sync.session import reference_sync
     from invariants import CheckContext, run_catalog
     for model in ("tiny-dense", "tiny-moe", "tiny-hybrid"):
-        cfg = clean_config(model, "blockwise-fp32")
+        cfg = recommended_config(model, "blockwise-fp32")
         reference_sync(cfg)                                   # warm the memoized trainer / engine state
         t0 = time.perf_counter()
         res, trainer, _ = reference_sync(cfg)

@@ -1,6 +1,21 @@
-"""Fault injectors by family (Jepsen's nemeses): each a pure function over a config, payload, bytes or the
-reference engine, declaring the invariants it must trip. Importing this package registers them all."""
+"""Fault injectors by family (Jepsen's nemeses): each a pure function over a config, payload, bytes or a knob of
+a running engine, declaring the invariants it must trip. Importing this package registers them all, and checks
+the registry against the catalog: every declared invariant exists."""
 from . import contract, coverage, dtypes, exclusion, layouts, postload, scales, transport, version  # noqa: F401
-from .base import FAULTS, Fault
+from .base import FAULTS, Fault, live_faults
 
-__all__ = ["FAULTS", "Fault"]
+
+def _check_registry():
+    from harness.engines.protocol import KNOBS
+    from invariants import REGISTRY
+    for f in FAULTS.values():
+        unknown = [i for i in f.trips if i not in REGISTRY]
+        if unknown or not f.trips:
+            raise ValueError(f"fault {f.name} declares unknown invariants {unknown or '(none)'}")
+        if f.knobs and not set(f.knobs) <= set(KNOBS):
+            raise ValueError(f"fault {f.name} uses knobs {sorted(set(f.knobs) - set(KNOBS))} the protocol lacks")
+
+
+_check_registry()
+
+__all__ = ["FAULTS", "Fault", "live_faults"]

@@ -1,12 +1,18 @@
 """Fault (nemesis) core: a fault is a named, parameterised change at one stage of a sync, declaring the
-invariants it must trip. Faults never import checks' internals; checks never import faults.
+invariants it must trip. Faults never import checks' internals; checks never import faults. The pipeline
+(harness.sync.pipeline) is the only code that interprets a stage:
 
-Stages (where `apply` acts):
-  config   (config) -> config                       a misconfigured job: everything is built from it
-  trainer  (config, trainer_hf, trainer) -> hf      the learner itself holds other bytes
-  payload  (config, payload, ctx) -> payload        sender / wire bugs (pure function over the payload)
-  buckets  (config, buckets) -> buckets             transport damage (pure function over bytes)
-  engine   (config) -> rollout engine               a misbehaving or misconfigured engine
+  config   apply(config) -> config                         a misconfigured job: everything is built from it
+  trainer  apply(config, trainer_hf, ctx) -> hf             the learner itself holds other bytes
+  payload  apply(config, payload, ctx) -> payload           sender / wire bugs (pure function over the payload)
+  buckets  apply(config, buckets) -> buckets                transport damage (pure function over bytes)
+  engine   knobs={...}: injected into a running engine for one install (harness.engines.protocol.KNOBS), or
+           apply(config) -> rollout engine built differently (another ignored_layers, a broken shard map)
+
+`ctx` is a harness.sync.pipeline.FaultContext (previous export, masters, the export under Megatron names).
+Whether a fault can be injected into running engines is derived from its stage, knobs and setup
+(`live_injectable`), never declared twice; `destructive` faults may leave a real engine needing repair and run
+last in a live session.
 """
 from __future__ import annotations
 
@@ -18,8 +24,7 @@ import torch
 from harness.config import SyncConfig
 from harness.layouts import scale_name
 from harness.sync.payload import Payload, record_for
-
-STAGES = ("config", "trainer", "payload", "buckets", "engine")
+from harness.sync.pipeline import STAGES
 
 
 @dataclass(frozen=True)
@@ -29,16 +34,20 @@ class Fault:
     stage: str
     trips: tuple[str, ...]              # invariant ids; at least one must fire
     description: str
-    apply: Callable
+    apply: Callable | None = None
     applies: Callable[[SyncConfig], bool] = lambda c: True
     configure: Callable[[SyncConfig], SyncConfig] | None = None   # environment the fault needs (e.g. TP=2)
     silent: bool = False                # keeps every shape and dtype
-    live: bool = False                  # also injectable into the real engines (payload / engine settings)
+    knobs: dict | None = None           # engine stage: what a running engine is told to do wrong for one install
+    destructive: bool = False           # may leave a real engine needing a repair (runs last live)
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.stage not in STAGES:
             raise ValueError(f"fault {self.name}: unknown stage {self.stage!r}")
+        needs_apply = not (self.stage == "engine" and self.knobs)
+        if (self.apply is not None) != needs_apply:
+            raise ValueError(f"fault {self.name}: an engine fault has knobs or an engine factory; others an apply")
 
     def with_params(self, **kw) -> "Fault":
         return replace(self, params={**self.params, **kw})
@@ -46,19 +55,23 @@ class Fault:
     def setup(self, config: SyncConfig) -> SyncConfig:
         return self.configure(config) if self.configure else config
 
-    def hooks(self):
-        """SyncHooks for the CPU reference sync."""
-        from harness.sync.session import SyncHooks
-        p = self.params
-        if self.stage == "trainer":
-            return SyncHooks(trainer=lambda c, hf, t: self.apply(c, hf, t, **p))
-        if self.stage == "payload":
-            return SyncHooks(payload=lambda c, pl, ctx: self.apply(c, pl, ctx, **p))
-        if self.stage == "buckets":
-            return SyncHooks(buckets=lambda c, b: self.apply(c, b, **p))
-        if self.stage == "engine":
-            return SyncHooks(make_rollout=lambda c: self.apply(c, **p))
-        return SyncHooks()
+    def live_injectable(self, config: SyncConfig, engine_knobs=frozenset()) -> bool:
+        """Can this fault be injected into engines already running `config`? Not a config change, not an engine
+        that must be built differently, not an environment that changes the engines (transport settings may
+        change), knobs the running engine supports, and a target in this model."""
+        if self.stage == "config" or (self.stage == "engine" and not self.knobs):
+            return False
+        if self.knobs and not set(self.knobs) <= set(engine_knobs):
+            return False
+        if not self.applies(config):
+            return False
+        return _engine_side(self.setup(config)) == _engine_side(config)
+
+
+def _engine_side(c: SyncConfig):
+    """What the engines are built from (a fault whose setup changes any of it needs new engines)."""
+    return (c.model, c.recipe, c.sync_mode, c.exclude_patterns, c.trainer, c.rollout, c.seed, c.arch, c.lora_rank,
+            c.lora_merge)
 
 
 FAULTS: dict[str, Fault] = {}
@@ -69,6 +82,13 @@ def register(fault: Fault) -> Fault:
         raise ValueError(f"fault {fault.name} registered twice")
     FAULTS[fault.name] = fault
     return fault
+
+
+def live_faults(config: SyncConfig, engine_knobs=frozenset()) -> list[str]:
+    """Every fault injectable into engines running `config`, in the order a live session injects them: the
+    registry's order, destructive ones last."""
+    names = [n for n, f in FAULTS.items() if f.live_injectable(config, engine_knobs)]
+    return [n for n in names if not FAULTS[n].destructive] + [n for n in names if FAULTS[n].destructive]
 
 
 # -- configuration changes (config-stage faults and `configure`) ----------------------------------------------------
@@ -136,5 +156,5 @@ def swap(p: Payload, a: str, b: str) -> Payload:
     return replace_tensor(replace_tensor(p, a, tb), b, ta)
 
 
-__all__ = ["FAULTS", "Fault", "STAGES", "add", "drop", "fp8_targets", "layer_of", "pick", "register",
+__all__ = ["FAULTS", "Fault", "STAGES", "add", "drop", "fp8_targets", "layer_of", "live_faults", "pick", "register",
            "replace_tensor", "scale_name", "swap", "with_config", "with_rollout", "with_trainer"]

@@ -11,13 +11,13 @@ from .base import Fault, fp8_targets, pick, register, replace_tensor, scale_name
 
 def _e5m2(c, p, ctx, index=0):
     n = pick(fp8_targets(c), index)
-    master = ctx["trainer"].master_hf()[n].to(torch.bfloat16)
+    master = ctx.master_hf()[n].to(torch.bfloat16)
     q, s = quantize_blockwise(master, c.recipe.block_shape, pow2=c.recipe.pow2, fp8_dtype=torch.float8_e5m2)
     return replace_tensor(replace_tensor(p, n, q), scale_name(n), s.to(p.tensors[scale_name(n)].dtype))
 
 
 register(Fault("e5m2_codes", "dtypes", "payload", ("S5", "S2"), "one weight quantized to E5M2 instead of E4M3",
-               _e5m2, applies=lambda c: c.recipe.granularity == "block", live=True))
+               _e5m2, applies=lambda c: c.recipe.granularity == "block"))
 
 
 def _fnuz(c, p, ctx, index=0):
@@ -26,7 +26,8 @@ def _fnuz(c, p, ctx, index=0):
 
 
 register(Fault("fnuz_codes", "dtypes", "payload", ("S5", "S2"),
-               "one weight's bytes labelled float8_e4m3fnuz (the ROCm format, exponent bias 8)", _fnuz, live=True))
+               "one weight's bytes labelled float8_e4m3fnuz (the ROCm format, exponent bias 8)", _fnuz,
+               destructive=True))
 
 
 def _bf16_leak(c, p, ctx, index=0):
@@ -37,7 +38,7 @@ def _bf16_leak(c, p, ctx, index=0):
 
 register(Fault("bf16_into_fp8_slot", "dtypes", "payload", ("S5", "S2"),
                "one FP8 weight sent dequantized as BF16; the engine's copy_ silently casts it into the FP8 slot",
-               _bf16_leak, live=True))
+               _bf16_leak))
 
 
 def _scale_bf16(c, p, ctx, index=0):
@@ -47,4 +48,4 @@ def _scale_bf16(c, p, ctx, index=0):
 
 register(Fault("fp32_scale_sent_as_bf16", "dtypes", "payload", ("S5", "S3"),
                "one FP32 scale tensor sent as BF16 (rounded to 8 mantissa bits)", _scale_bf16,
-               applies=lambda c: c.recipe.scale_format == "fp32", live=True))
+               applies=lambda c: c.recipe.scale_format == "fp32"))

@@ -35,7 +35,7 @@ def _extra_ignored(c, index):
 
 register(Fault("linear_bf16_in_engine_only", "exclusion", "engine", ("S6",),
                "the engine's ignored_layers lists a linear the trainer quantizes (BF16 on one side only)",
-               _engine(_extra_ignored), live=True))
+               _engine(_extra_ignored)))
 
 
 def _router_not_ignored(c, index):
@@ -44,7 +44,7 @@ def _router_not_ignored(c, index):
 
 register(Fault("router_quantized_in_engine", "exclusion", "engine", ("S6",),
                "the engine's ignored_layers misses the MoE router: vLLM block-quantizes mlp.gate",
-               _engine(_router_not_ignored), applies=lambda c: c.spec.is_moe, live=True))
+               _engine(_router_not_ignored), applies=lambda c: c.spec.is_moe))
 
 
 def _substring(c):

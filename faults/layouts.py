@@ -18,7 +18,7 @@ def _transpose_square(c, p, ctx, index=0):
 
 register(Fault("square_weight_transposed", "layouts", "payload", ("S2", "S4"),
                "a square FP8 weight (and its scale grid) sent transposed: shapes and dtypes unchanged",
-               _transpose_square, applies=lambda c: bool(fp8_targets(c, square=True)), silent=True, live=True))
+               _transpose_square, applies=lambda c: bool(fp8_targets(c, square=True)), silent=True))
 
 
 def _pairs(c, a, b):
@@ -40,10 +40,10 @@ def _swap_pair(a, b):
 
 register(Fault("q_k_swapped", "layouts", "payload", ("S2", "S4"),
                "q_proj and k_proj of one layer exchanged where their sizes match", _swap_pair("q_proj.weight", "k_proj.weight"),
-               applies=lambda c: bool(_pairs(c, "q_proj.weight", "k_proj.weight")), silent=True, live=True))
+               applies=lambda c: bool(_pairs(c, "q_proj.weight", "k_proj.weight")), silent=True))
 register(Fault("gate_up_swapped", "layouts", "payload", ("S2", "S4"),
                "gate_proj and up_proj exchanged (silu applied to the wrong half)", _swap_pair("gate_proj.weight", "up_proj.weight"),
-               applies=lambda c: bool(_pairs(c, "gate_proj.weight", "up_proj.weight")), silent=True, live=True))
+               applies=lambda c: bool(_pairs(c, "gate_proj.weight", "up_proj.weight")), silent=True))
 
 
 def _expert_perm(c, p, ctx, layer=0, a=0, b=1):
@@ -56,13 +56,12 @@ def _expert_perm(c, p, ctx, layer=0, a=0, b=1):
 
 register(Fault("experts_permuted", "layouts", "payload", ("S2", "S4"),
                "two routed experts' weights exchanged (expert ids mis-mapped)", _expert_perm,
-               applies=lambda c: c.spec.is_moe, silent=True, live=True))
+               applies=lambda c: c.spec.is_moe, silent=True))
 
 
 def _megatron_order(c, p, ctx, layer=0):
     """The sender splits Megatron's linear_qkv as if it were [q; k; v] (per-group interleaving not undone)."""
-    trainer = ctx["trainer"]
-    m = trainer.fp8_forward_weights()
+    m = ctx.megatron()
     src = f"decoder.layers.{layer}.self_attention.linear_qkv.weight"
     codes, sc = m[src], m[scale_name(src)]
     pre = f"model.layers.{layer}.self_attn."
@@ -92,12 +91,12 @@ def _block_shift(c, p, ctx, index=0):
 
 register(Fault("rows_shifted_one_block", "layouts", "payload", ("S2", "S4"),
                "one weight's rows (and scale rows) rotated by one 128-row block (an off-by-one shard offset)",
-               _block_shift, applies=lambda c: c.recipe.granularity == "block", silent=True, live=True))
+               _block_shift, applies=lambda c: c.recipe.granularity == "block", silent=True))
 
 
 def _grid_1x128(c, p, ctx, index=0):
     n = pick(fp8_targets(c), index)
-    master = ctx["trainer"].master_hf()[n].to(torch.bfloat16)
+    master = ctx.master_hf()[n].to(torch.bfloat16)
     q, s = quantize_blockwise(master, (1, 128), pow2=c.recipe.pow2)
     return replace_tensor(replace_tensor(p, n, q), scale_name(n), s)
 
@@ -122,16 +121,10 @@ register(Fault("te_padded_scale_on_wire", "layouts", "payload", ("S4",),
 
 
 def _tp_swap(c, index=0):
-    """A rank loads the other rank's shard of one column-parallel parameter."""
+    """A rank loads the other rank's shard of one row-parallel parameter (a broken TP shard map)."""
     from harness.engines.cpu.rollout import ReferenceRollout
-    eng = ReferenceRollout(c)
     target = pick([n for n in fp8_targets(c) if n.endswith(("o_proj.weight", "down_proj.weight"))], index)
-    orig = eng._pieces_for
-
-    def pieces(name, rank, rec):
-        return orig(name, 1 - rank, rec) if name in (target, scale_name(target)) else orig(name, rank, rec)
-    eng._pieces_for = pieces
-    return eng
+    return ReferenceRollout(c, shard_rank=lambda name, rank: 1 - rank if name in (target, scale_name(target)) else rank)
 
 
 register(Fault("tp_shards_swapped", "layouts", "engine", ("S2", "S4"),

@@ -1,28 +1,23 @@
-"""The fault-injection matrix: every applicable fault x tiny model x recipe through the real sync path of the
-CPU reference, plus one clean run per model x recipe. A fault is caught when at least one of its declared
+"""The fault-injection matrix: every applicable fault x tiny model x recipe through the one pipeline with the CPU
+reference engines, plus one clean run per model x recipe. A fault is caught when at least one of its declared
 invariants fails; a clean run passes when every invariant holds (no fail, no unknown)."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-from harness.config import ConfigError, SyncConfig
-from harness.engines.cpu.rollout import EngineError
-from harness.formats import RECIPES, get_recipe
+from harness.config import ConfigError, SyncConfig, recommended_config
+from harness.engines.protocol import EngineError
+from harness.formats import RECIPES
 from harness.layouts import LayoutError
 from harness.models import MODELS
-from harness.sync.session import reference_sync
-from invariants import CheckContext, FAIL, UNKNOWN, run_catalog
+from harness.sync.pipeline import fault_config, reference_sync
+from invariants import REGISTRY, CheckContext, FAIL, UNKNOWN, run_catalog
 
 from .base import FAULTS, Fault
 
 STATIC_FAMILIES = ("contract", "exclusion", "alignment")
-
-
-def clean_config(model: str, recipe: str, **kw) -> SyncConfig:
-    """The recommended configuration for a recipe: Hopper for blockwise, Blackwell for MXFP8; vLLM's E8M0 path
-    off for FP32 scales and on for power-of-two scales (SyncConfig's default resolution)."""
-    return SyncConfig(model=model, recipe=get_recipe(recipe), gpu_arch="sm100" if recipe == "mxfp8" else "sm90", **kw)
+TINY_MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
 
 
 @dataclass
@@ -50,41 +45,29 @@ class Cell:
 
 
 def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool = False):
-    """Run the sync (with the fault's hooks) and the catalog: the S family and every config rule always; the
-    costlier data checks (C1 re-quantizes every master, P1 runs both forwards) on clean runs and where a fault
+    """Run the sync (through the fault's stage) and the catalog: the S family and every config rule always; the
+    costlier data checks (C1 re-quantizes every master, P1 runs three forwards) on clean runs and where a fault
     declares them. Returns (findings, note)."""
     ids = None
     if fault is not None and not probes:
-        from invariants import REGISTRY
-        ids = [i for i, inv in REGISTRY.items()
-               if inv.family == "sync" or not inv.needs or i in fault.trips]
-    note = ""
+        ids = [i for i, inv in REGISTRY.items() if inv.family == "sync" or inv.scope == "config" or i in fault.trips]
     try:
-        res, trainer, _ = reference_sync(config, hooks=fault.hooks() if fault else None)
-        from harness.snapshot import Snapshot
-        ctx = CheckContext(config, res.payload, res.trainer, res.rollout, Snapshot("master", trainer.master_hf()))
+        res, _, _ = reference_sync(config, fault=fault, check_ids=ids)
     except (LayoutError, EngineError, ConfigError) as e:
         # the engines cannot even be built from this configuration: the static rules must say why
-        note = f"sync impossible: {e}"
-        return run_catalog(CheckContext(config), families=STATIC_FAMILIES, static_only=True), note
-    return run_catalog(ctx, ids=ids), note
+        return run_catalog(CheckContext(config), families=STATIC_FAMILIES, static_only=True), f"sync impossible: {e}"
+    return res.findings, ""
 
 
 def run_cell(fault: Fault | None, model: str, recipe: str, probes: bool = False) -> Cell:
     t0 = time.perf_counter()
     cell = Cell(fault.name if fault else None, model, recipe, tuple(fault.trips) if fault else ())
-    base = clean_config(model, recipe)
+    base = recommended_config(model, recipe)
     try:
-        if fault is not None:
-            if not fault.applies(base):
-                cell.verdict = "n/a"
-                return cell
-            config = fault.setup(base)
-            if fault.stage == "config":
-                config = fault.apply(config, **fault.params)
-        else:
-            config = base
-        findings, cell.detail = check_config(config, fault, probes=probes or fault is None)
+        if fault is not None and not fault.applies(base):
+            cell.verdict = "n/a"
+            return cell
+        findings, cell.detail = check_config(fault_config(base, fault), fault, probes=probes or fault is None)
     except LookupError as e:            # the fault has no target in this model / configuration
         cell.verdict, cell.detail = "n/a", str(e)
         return cell
@@ -104,7 +87,7 @@ def run_cell(fault: Fault | None, model: str, recipe: str, probes: bool = False)
 
 
 def matrix_cells(models=None, recipes=None, faults=None) -> list[tuple]:
-    models = list(models or MODELS)
+    models = list(models or [m for m in MODELS if m in TINY_MODELS])
     recipes = list(recipes or RECIPES)
     names = list(faults or FAULTS)
     out = [(None, m, r) for m in models for r in recipes]

@@ -24,7 +24,7 @@ def _flip_bit(c, p, ctx, index=0, element=0, bit=0):
 
 
 register(Fault("scale_bit_flip", "scales", "payload", ("S3",), "one bit of one block scale flipped by the sender",
-               _flip_bit, silent=True, live=True))
+               _flip_bit, silent=True))
 
 
 def _times2(c, p, ctx, index=0, element=0):
@@ -39,7 +39,7 @@ def _times2(c, p, ctx, index=0, element=0):
 
 
 register(Fault("scale_x2_block", "scales", "payload", ("S3", "S4"), "one block's scale_inv doubled",
-               _times2, silent=True, live=True))
+               _times2, silent=True))
 
 
 def _swap_inv(c, p, ctx, index=0):
@@ -53,8 +53,7 @@ def _swap_inv(c, p, ctx, index=0):
 
 
 register(Fault("scale_inv_swap", "scales", "payload", ("S3", "S4"),
-               "the quantization scale sent where weight_scale_inv (its reciprocal) belongs", _swap_inv, silent=True,
-               live=True))
+               "the quantization scale sent where weight_scale_inv (its reciprocal) belongs", _swap_inv, silent=True))
 
 
 def _round_pow2(c, p, ctx, index=None):
@@ -67,13 +66,13 @@ def _round_pow2(c, p, ctx, index=None):
 
 register(Fault("fp32_scales_rounded_pow2", "scales", "payload", ("S3",),
                "FP32 scales rounded up to powers of two on the way, codes left as they were",
-               _round_pow2, applies=lambda c: c.recipe.scale_format == "fp32", silent=True, live=True))
+               _round_pow2, applies=lambda c: c.recipe.scale_format == "fp32", silent=True))
 
 
 def _sender_eps(c, p, ctx, index=0, amax_epsilon=1.0):
     """The sender re-quantizes one weight from the trainer's BF16 parameter with another amax epsilon."""
     n = pick(fp8_targets(c), index)
-    master = ctx["trainer"].master_hf()[n]
+    master = ctx.master_hf()[n]
     r = replace(c.recipe, amax_epsilon=amax_epsilon)
     q, s = r.quantize_weight(master if c.trainer.fp8_param else master.to(torch.bfloat16))
     return replace_tensor(replace_tensor(p, n, q), scale_name(n), s)
@@ -106,10 +105,10 @@ def _transpose_grid(c, p, ctx, index=0):
 
 register(Fault("scale_grid_transposed", "scales", "payload", ("S3", "S4"),
                "a square block-scale grid sent transposed (row-major vs column-major mix-up)", _transpose_grid,
-               applies=lambda c: c.recipe.granularity == "block", silent=True, live=True))
+               applies=lambda c: c.recipe.granularity == "block", silent=True))
 
 
 register(Fault("fp32_scales_through_e8m0", "scales", "config", ("S3", "C2"),
                "FP32 block scales installed into vLLM with its Hopper default (DeepGEMM + E8M0): post-load "
                "requantizes every weight to UE8M0", with_rollout(use_deep_gemm=True, deep_gemm_e8m0=True),
-               applies=lambda c: c.recipe.scale_format == "fp32", live=True))
+               applies=lambda c: c.recipe.scale_format == "fp32"))

@@ -10,7 +10,7 @@ from .base import Fault, register
 
 def _stale_layer(stamp: bool):
     def apply(c, p, ctx, layer=0):
-        prev = ctx.get("previous")
+        prev = ctx.previous
         if prev is None:
             raise LookupError("no previous step")
         pre = f"model.layers.{layer}."
@@ -31,23 +31,9 @@ register(Fault("stale_layer_stamped", "version", "payload", ("S7", "S2"),
                "one layer's tensors come from step N-1 (its records say so)", _stale_layer(True), silent=True))
 register(Fault("stale_layer_unstamped", "version", "payload", ("S2", "S3"),
                "one layer's tensors come from step N-1 under step N's version stamp", _stale_layer(False),
-               silent=True, live=True))
-
-
-def _generate_mid_sync(c, after=10):
-    from harness.engines.cpu.rollout import ReferenceRollout
-    eng = ReferenceRollout(c)
-    eng.allow_generate_during_update = True
-    seen = {"n": 0}
-
-    def on_load(engine, name):
-        seen["n"] += 1
-        if seen["n"] == after:
-            engine.generate_logprobs([[1, 2, 3, 4]])
-    eng.on_load = on_load
-    return eng
+               silent=True))
 
 
 register(Fault("generation_during_sync", "version", "engine", ("S7",),
                "a generation request served while the update is half installed (the sampler was not paused)",
-               _generate_mid_sync, silent=True))
+               knobs={"generate_during_update": 10}, silent=True))

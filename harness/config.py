@@ -138,9 +138,7 @@ class SyncConfig:
 
     @property
     def arch(self) -> str:
-        if self.gpu_arch == "auto":
-            return "sm100" if self.recipe.granularity == "mxfp8" else "sm90"
-        return self.gpu_arch
+        return self.recipe.native_arch if self.gpu_arch == "auto" else self.gpu_arch
 
     @property
     def deep_gemm_e8m0(self) -> bool:
@@ -203,6 +201,14 @@ class SyncConfig:
 
     def with_(self, **changes) -> "SyncConfig":
         return replace(self, **changes)
+
+
+def recommended_config(model: str, recipe: str, **kw) -> SyncConfig:
+    """The recommended configuration for a recipe: its native GPU arch (Hopper for blockwise, Blackwell for
+    MXFP8); vLLM's E8M0 path off for FP32 scales and on for power-of-two scales (SyncConfig's default
+    resolution). Clean runs of the fault matrix, conformance and live sessions start from it."""
+    r = get_recipe(recipe)
+    return SyncConfig(model=model, recipe=r, gpu_arch=kw.pop("gpu_arch", r.native_arch), **kw)
 
 
 def _recipe(v, source) -> Recipe:

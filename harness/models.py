@@ -142,6 +142,18 @@ class ModelSpec:
                 TensorSpec("lm_head.weight", (self.vocab_size, H), EMBEDDING)]
         return out
 
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelSpec":
+        d = dict(d)
+        for k in ("layer_types", "default_exclude", "engine_high_precision"):
+            if k in d:
+                d[k] = tuple(d[k])
+        return cls(**d)
+
     def tensor_map(self) -> dict[str, TensorSpec]:
         return {t.name: t for t in self.tensors()}
 

@@ -94,7 +94,7 @@ def sync_configs(draw, specs=None):
                                and (not spec.is_moe or spec.moe_intermediate_size // t >= 128)
                                and (not spec.shared_expert_intermediate_size
                                     or spec.shared_expert_intermediate_size // t >= 128)]))
-    return SyncConfig(model=spec.name, recipe=recipe, gpu_arch="sm100" if recipe.granularity == "mxfp8" else "sm90",
+    return SyncConfig(model=spec.name, recipe=recipe, gpu_arch=recipe.native_arch,
                       rollout=RolloutConfig(tp_size=tp, moe_backend=draw(st.sampled_from(["triton", "deep_gemm"]))),
                       seed=draw(st.integers(0, 3)))
 

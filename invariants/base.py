@@ -41,6 +41,7 @@ class CheckContext:
     master: Snapshot | None = None       # trainer high-precision masters, HF names
     probes: dict | None = None           # policy-probe metrics (P family)
     probe_bounds: dict | None = None     # P bounds calibrated on a verified pass (default: field thresholds)
+    job: object = None                   # a parsed RL job config (harness.jobconfig.Job): the job rules read it
 
     def trainer_value(self, name: str):
         """One trainer tensor as fp32 values (FP8 dequantized), computed on demand and kept; None if absent."""
@@ -51,7 +52,7 @@ class CheckContext:
             try:
                 cache[name] = None if t is None else (cfg.recipe.dequantize_weight(t, s)
                                                       if name in cfg.fp8_tensors and s is not None else t.float())
-            except (ValueError, RuntimeError):
+            except (ValueError, RuntimeError, IndexError, TypeError):
                 cache[name] = None
         return cache[name]
 
@@ -77,18 +78,28 @@ class Invariant:
     title: str
     condition: str
     check: Callable[[CheckContext], Iterable[Finding]]
-    needs: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()         # context members it reads beyond the config (snapshots, "job", ...)
     live: bool = True                   # meaningful against live engines (else config / CPU only)
+    source: str = ""                    # where the rule comes from (a stack's file it mirrors, a field report)
+    why: str = ""                       # why it exists and what to change (`fp8check preflight --explain`)
+
+    @property
+    def scope(self) -> str:
+        """sync: judges snapshots of a sync; config: the SyncConfig alone; job: an RL job's own keys."""
+        if "job" in self.needs:
+            return "job"
+        return "sync" if self.needs else "config"
 
 
 REGISTRY: dict[str, Invariant] = {}
 
 
-def invariant(id: str, family: str, title: str, condition: str, needs: tuple[str, ...] = (), live: bool = True):
+def invariant(id: str, family: str, title: str, condition: str, needs: tuple[str, ...] = (), live: bool = True,
+              source: str = "", why: str = ""):
     def deco(fn):
         if id in REGISTRY:
             raise ValueError(f"invariant id {id} registered twice")
-        REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live)
+        REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live, source, why)
         return fn
     return deco
 
@@ -121,12 +132,15 @@ def run_invariant(inv: Invariant, ctx: CheckContext) -> list[Finding]:
 
 def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: Iterable[str] | None = None,
                 static_only: bool = False) -> list[Finding]:
-    """Run the selected invariants. `static_only`: only the rules over the config (no snapshots needed)."""
+    """Run the selected invariants. `static_only`: only the rules over the config and the job (no snapshots).
+    Job rules run when the context carries a job (preflight); elsewhere there is no job config to judge."""
     ids = list(ids) if ids is not None else None
     fams = set(families) if families is not None else None
     out = []
     for inv in REGISTRY.values():
-        if static_only and inv.needs:
+        if static_only and inv.scope == "sync":
+            continue
+        if inv.scope == "job" and ctx.job is None and (ids is None or inv.id not in ids):
             continue
         if ids is not None and inv.id not in ids:
             continue

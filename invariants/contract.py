@@ -28,6 +28,10 @@ def c1_recipe(ctx: CheckContext):
         if name not in ctx.master or name not in ctx.trainer:
             continue
         m = ctx.master[name].float()
+        if tuple(m.shape) != tuple(cfg.layout.hf_shapes[name]):
+            out.append(unknown("C1", f"master has shape {list(m.shape)}, the model needs {list(cfg.layout.hf_shapes[name])}",
+                               tensor=name))
+            continue
         src = m if cfg.trainer.fp8_param else m.to(torch.bfloat16)
         q, s = cfg.recipe.quantize_weight(src)
         n += 1
@@ -42,6 +46,8 @@ def c1_recipe(ctx: CheckContext):
                 break
         if len(out) >= 10:
             break
+    if not out and not n:
+        return [unknown("C1", "nothing to check: no FP8 weight is in both the master and the trainer snapshot")]
     return out or [passed("C1", f"{n} tensors reproduce under {cfg.recipe.name}")]
 
 

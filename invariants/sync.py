@@ -1,7 +1,8 @@
-"""S family: the seven conditions every weight sync must preserve (DESIGN.md, invariant catalog).
+"""S family: the seven conditions every weight sync must preserve (docs/design.md, the catalog).
 
-Every check is a pure function of (config, payload, trainer snapshot, rollout snapshot [+ master]); the
-rollout is compared in checkpoint coordinates after undoing the layout the config declares.
+Every check is a pure function of (config, payload, trainer snapshot, rollout snapshot [+ master]) and the typed
+records beside them (harness.record); the rollout is compared in checkpoint coordinates after undoing the layout
+the config declares and applying the post-load transform the engine declares. No engine code is imported.
 """
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from collections import Counter
 
 import torch
 
-from harness.engines.vllm_numerics import post_load_requant, requant_applies
 from harness.formats import E8M0, is_pow2
-from harness.layouts import engine_module, is_scale_name, scale_name, split_rank_name, weight_of_scale
-from harness.sync.payload import ROLE_HP, expected_wire
+from harness.formats.blockwise import pad_blocks
+from harness.formats.bytes import is_sentinel
+from harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
+from harness.numerics import apply_post_load
+from harness.sync.payload import ROLE_FP8, ROLE_HP, expected_wire
 
 from .base import CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff, bits_equal, engine_position, value_diff
@@ -40,28 +43,44 @@ def _fp8_names(ctx: CheckContext) -> list[str]:
     return [t.name for t in ctx.config.spec.tensors() if t.name in ctx.config.fp8_tensors]
 
 
+def _declared_param(ctx: CheckContext, name: str) -> str:
+    """The rank-0 engine parameter an HF FP8 weight lands in (how the engine's declaration names it)."""
+    dst = next(p.dst for p in ctx.config.layout.vllm[0] if p.src == name)
+    return rank_name(dst, 0, ctx.config.rollout.tp_size)
+
+
 def expected_kernel(ctx: CheckContext, name: str):
-    """The trainer's codes and scale after the engine's *declared* post-load transform (vLLM's UE8M0
-    requantization when the config enables it; identity otherwise), in checkpoint coordinates, plus whether a
-    transform applied. The transform is block-local, so applying it per checkpoint tensor equals applying it
-    per fused engine parameter."""
+    """The trainer's codes and scale after the engine's *declared* post-load transform (EngineRecord.post_load:
+    e.g. vLLM's UE8M0 requantization; identity otherwise), in checkpoint coordinates, plus whether a transform
+    applied. The transforms are block-local, so applying one per checkpoint tensor equals applying it per fused
+    engine parameter. None when the trainer's tensors cannot be transformed (wrong shape: see S4)."""
     cache = ctx.__dict__.setdefault("_expected_kernel", {})
     if name not in cache:
-        cfg = ctx.config
         codes, scale = ctx.trainer[name], ctx.trainer[scale_name(name)]
-        dst = next(p.dst for p in cfg.layout.vllm[0] if p.src == name)
-        applies = cfg.recipe.granularity == "block" and requant_applies(cfg, dst, cfg.layout.vllm_shapes[0][dst])
-        if not applies:
+        decl = ctx.rollout.meta.post_load if ctx.rollout is not None and ctx.rollout.meta is not None else None
+        param = _declared_param(ctx, name)
+        if decl is None or param not in decl.params:
             cache[name] = (codes, scale, False)
         else:
-            key = (id(codes), id(scale), dst)
+            key = (id(codes), id(scale), param, decl.kind)
             hit = _TRANSFORMED.get(key)
             if hit is None or hit[0] is not codes or hit[1] is not scale:
-                hit = _TRANSFORMED[key] = (codes, scale, *post_load_requant(cfg, dst, codes, scale))
+                try:
+                    q, sc, _ = apply_post_load(decl, param, codes, scale)
+                except (ValueError, RuntimeError, IndexError):
+                    q = sc = None
+                hit = _TRANSFORMED[key] = (codes, scale, q, sc)
                 if len(_TRANSFORMED) > 4096:
                     _TRANSFORMED.pop(next(iter(_TRANSFORMED)))
-            cache[name] = (hit[2], hit[3], True)
+            cache[name] = None if hit[2] is None else (hit[2], hit[3], True)
     return cache[name]
+
+
+def _layout_params(ctx: CheckContext) -> dict[str, tuple]:
+    """Every rank-named parameter (and scale) the layout says the engine holds -> its engine-local shape."""
+    cfg = ctx.config
+    return {rank_name(n, r, cfg.rollout.tp_size): tuple(shp) for r in range(cfg.rollout.tp_size)
+            for n, shp in cfg.layout.vllm_param_shapes(r).items()}
 
 
 # memo of the declared transform by tensor identity (the entry keeps its inputs alive, so ids stay unique)
@@ -75,8 +94,8 @@ _TRANSFORMED: dict = {}
 def s1_coverage(ctx: CheckContext):
     out = []
     want = expected_wire(ctx.config)
-    recs = ctx.payload.meta.get("records", [])
-    counts = Counter(r["name"] for r in recs)
+    meta, rec = ctx.payload.meta, ctx.rollout.meta
+    counts = Counter(r.name for r in meta.records)
     for n in want:
         if counts[n] == 0:
             out.append(fail("S1", n, "declared tensor not sent by this sync", stage="wire"))
@@ -85,33 +104,40 @@ def s1_coverage(ctx: CheckContext):
     for n in counts:
         if n not in want:
             out.append(fail("S1", n, "sent but unknown to the config's layout (no destination)", stage="wire"))
-    rcv = ctx.payload.meta.get("receive", {})
-    for n in rcv.get("dropped", []):
+    rcv = meta.receive
+    for n in (rcv.dropped if rcv else []):
         out.append(fail("S1", n, "sent but not delivered to the engine (truncated or failed its digest)",
                         stage="transport"))
-    for e in rcv.get("decode_errors", []):
+    for e in (rcv.decode_errors if rcv else []):
         out.append(fail("S1", None, f"transport: {e}", stage="transport"))
+    # the engine's parameters against the layout: every one written, none the trainer cannot fill
+    known = _layout_params(ctx)
+    held = set(ctx.rollout.names())
+    for k in sorted(set(known) - held - set(rec.unmaterialized)):
+        out.append(fail("S1", k, f"engine parameter {k} was not written by this sync (the engine state holds no "
+                                 f"such tensor)", stage="engine"))
+    for k in sorted(held - set(known)):
+        out.append(fail("S1", k, f"the engine holds {k}, which no trainer tensor maps to (not in the layout map)",
+                        stage="engine"))
     # poisoned destinations: every byte 0xFF survives only where no sync wrote
-    from harness.engines.cpu.rollout import is_sentinel
-    if ctx.rollout.meta.get("poisoned", True):
+    if rec.poisoned:
         for k in ctx.rollout.names():
             m = is_sentinel(ctx.rollout[k])
             if bool(m.any()):
-                idx = [int(i) for i in m.nonzero()[0]]
+                idx = [int(i) for i in m.nonzero()[0]] if m.dim() else []
                 out.append(fail("S1", k, "poisoned destination survived the sync (no sync wrote these elements)",
                                 stage="engine", index=idx, count=int(m.sum()), total=m.numel()))
-    for k in ctx.rollout.meta.get("unmaterialized", []):
+    for k in rec.unmaterialized:
         out.append(fail("S1", k, "engine parameter left on the meta device by the reload (never materialized: the "
                                  "kernels have no weights here)", stage="engine"))
-    ups = ctx.rollout.meta.get("updates")
-    if ups:
-        last = ups[-1]
-        for mod in last.get("untouched", []):
+    last = rec.last_update
+    if last is not None:
+        for mod in last.untouched:
             out.append(fail("S1", mod, "engine module received no weights in this update", stage="engine"))
-        for mod in last.get("partial", []):
+        for mod in last.partial:
             out.append(fail("S1", mod, "engine module only partly written (finished with uninitialised rows)",
                             stage="engine"))
-        for n in last.get("dropped_loads", []):
+        for n in last.dropped_loads:
             out.append(fail("S1", n, "load arrived after its module was complete and was dropped "
                                      "(duplicate or out-of-order tensor)", stage="engine"))
     if not out:
@@ -137,10 +163,16 @@ def s2_codes(ctx: CheckContext):
                 out.append(fail("S2", n, "codes on the wire differ from the trainer's", stage="wire", **ev))
         r = rhf.get(n)
         if r is None:
-            out.append(fail("S2", n, ctx.rollout_hf_errors.get(n, "no rollout codes"), stage="engine"))
+            out.append(fail("S2", n, "the engine holds no codes for this weight: " +
+                            ctx.rollout_hf_errors.get(n, "not in the rollout"), stage="engine"))
+            continue
+        ek = expected_kernel(ctx, n) if scale_name(n) in ctx.trainer else (t, None, False)
+        if ek is None:
+            out.append(unknown("S2", f"trainer codes {list(t.shape)} cannot take the engine's declared post-load "
+                                     f"transform (not a block-quantized weight)", tensor=n))
             continue
         n_checked += 1
-        exp, _, transformed = expected_kernel(ctx, n) if scale_name(n) in ctx.trainer else (t, None, False)
+        exp, _, transformed = ek
         ev = bit_diff(exp, r)
         if ev:
             what = "the trainer's codes after the engine's declared UE8M0 requantization" if transformed \
@@ -148,6 +180,8 @@ def s2_codes(ctx: CheckContext):
             out.append(fail("S2", n, f"codes the sampler reads differ from {what}", stage="engine",
                             **_where(ctx, n, ev)))
     if not out:
+        if not n_checked:
+            return [unknown("S2", "nothing to check: no FP8 weight in both the trainer and the rollout snapshot")]
         return [passed("S2", f"{n_checked} FP8 weights byte-identical")]
     return _cap("S2", out)
 
@@ -214,30 +248,32 @@ def s3_scales(ctx: CheckContext):
                                 index=[int(x) for x in i], value=float(v[tuple(i)])))
         if recipe.granularity == "block" and recipe.amax_epsilon == 0 and ctx.trainer.get(n) is not None:
             codes = ctx.trainer[n]
-            from harness.formats.blockwise import _pad_blocks
-            if codes.dim() == 2 and tuple(t.shape) == recipe.scale_grid(codes.shape):
-                zero = (_pad_blocks(codes.view(torch.uint8) & 0x7F, recipe.block_shape) == 0).all(dim=3).all(dim=1)
+            if codes.dim() == 2 and codes.element_size() == 1 and tuple(t.shape) == recipe.scale_grid(codes.shape):
+                zero = (pad_blocks(codes.view(torch.uint8) & 0x7F, recipe.block_shape) == 0).all(dim=3).all(dim=1)
                 wrong = zero & (t.float() != 1.0)
                 if bool(wrong.any()):
                     i = wrong.nonzero()[0]
                     out.append(fail("S3", sn, "all-zero block must have scale_inv 1 (TE rule: amax 0 -> scale 1)",
                                     stage="trainer", index=[int(x) for x in i], value=float(t.float()[tuple(i)])))
         # the engine's declared post-load transform must keep the representable set: values unchanged
-        if n in ctx.trainer:
-            e_codes, e_scale, transformed = expected_kernel(ctx, n)
-            if transformed:
-                before = recipe.dequantize_weight(ctx.trainer[n], t)
-                ev = value_diff(before, recipe.dequantize_weight(e_codes, e_scale))
-                if ev:
-                    out.append(fail("S3", sn, f"the engine's UE8M0 requantization changes {ev['differing']} weight "
-                                    f"values: {recipe.scale_format} scales do not survive VLLM_USE_DEEP_GEMM_E8M0=1",
-                                    stage="engine", **ev))
-        else:
-            e_scale = t
+        ek = expected_kernel(ctx, n) if n in ctx.trainer else (None, t, False)
+        if ek is None:
+            out.append(unknown("S3", "trainer codes cannot take the engine's declared post-load transform (see S4)",
+                               tensor=sn))
+            continue
+        e_codes, e_scale, transformed = ek
+        if transformed:
+            before = recipe.dequantize_weight(ctx.trainer[n], t)
+            ev = value_diff(before, recipe.dequantize_weight(e_codes, e_scale))
+            if ev:
+                out.append(fail("S3", sn, f"the engine's UE8M0 requantization changes {ev['differing']} weight "
+                                f"values: {recipe.scale_format} scales do not survive VLLM_USE_DEEP_GEMM_E8M0=1",
+                                stage="engine", **ev))
         # bit identity, trainer (through the declared transform) -> engine
         r = rhf.get(sn)
         if r is None:
-            out.append(fail("S3", sn, ctx.rollout_hf_errors.get(sn, "no rollout scale"), stage="engine"))
+            out.append(fail("S3", sn, "the engine holds no scale for this weight: " +
+                            ctx.rollout_hf_errors.get(sn, "not in the rollout"), stage="engine"))
             continue
         n_checked += 1
         ev = bit_diff(e_scale, r)
@@ -251,6 +287,8 @@ def s3_scales(ctx: CheckContext):
                 out.append(fail("S3", sn, diagnose_scale(t, ctx.payload[sn]) or "scale on the wire differs from "
                                 "the trainer's", stage="wire", **ev))
     if not out:
+        if not n_checked:
+            return [unknown("S3", "nothing to check: no FP8 scale in both the trainer and the rollout snapshot")]
         return [passed("S3", f"{n_checked} scale tensors bit-identical and well-encoded ({recipe.scale_format})")]
     return _cap("S3", out)
 
@@ -286,8 +324,8 @@ def s4_layout(ctx: CheckContext):
     # wire shapes: weights as in the checkpoint, scales on the unpadded grid
     if ctx.payload is not None:
         hf_shapes = cfg.layout.hf_shapes
-        for r in ctx.payload.meta.get("records", []):
-            n, shp = r["name"], tuple(r["shape"])
+        for r in ctx.payload.meta.records:
+            n, shp = r.name, tuple(r.shape)
             if is_scale_name(n):
                 w = weight_of_scale(n)
                 if w in hf_shapes and shp != recipe.scale_grid(hf_shapes[w]):
@@ -311,7 +349,8 @@ def s4_layout(ctx: CheckContext):
             continue
         r = rhf.get(n)
         if r is None:
-            out.append(fail("S4", n, ctx.rollout_hf_errors.get(n, "missing in the rollout"), stage="engine"))
+            out.append(fail("S4", n, "not in the rollout in checkpoint coordinates: " +
+                            ctx.rollout_hf_errors.get(n, "missing"), stage="engine"))
             continue
         sn = scale_name(n)
         if bits_equal(ctx.trainer[n], r) and (n not in cfg.fp8_tensors or (
@@ -325,8 +364,11 @@ def s4_layout(ctx: CheckContext):
                                              if recipe.scale_dtype == E8M0 else rhf[scale_name(n)].float())
             else:
                 e, a = ctx.trainer[n].float(), r.float()
-        except (KeyError, ValueError, RuntimeError) as ex:
+        except (KeyError, ValueError, RuntimeError, IndexError) as ex:
             out.append(fail("S4", n, f"cannot dequantize in checkpoint coordinates: {ex}", stage="engine"))
+            continue
+        if e is None:
+            out.append(unknown("S4", "the trainer's tensor cannot be dequantized (wrong shape or dtype)", tensor=n))
             continue
         n_checked += 1
         ev = value_diff(e, a)
@@ -335,6 +377,8 @@ def s4_layout(ctx: CheckContext):
             out.append(fail("S4", n, "dequantized rollout weight differs from the trainer's" + (f": {why}" if why else ""),
                             stage="engine", **_where(ctx, n, ev)))
     if not out:
+        if not n_checked:
+            return [unknown("S4", "nothing to check: no tensor in both the trainer and the rollout snapshot")]
         return [passed("S4", f"{n_checked} tensors equal in checkpoint coordinates")]
     return _cap("S4", out)
 
@@ -353,20 +397,23 @@ def s5_dtypes(ctx: CheckContext):
     cfg = ctx.config
     want = {n: _dtype(str(dt)) for n, (_, dt) in expected_wire(cfg).items()}
     if ctx.payload is not None:
-        for r in ctx.payload.meta.get("records", []):
-            n = r["name"]
-            if n in want and _dtype(r["dtype"]) != want[n]:
-                out.append(fail("S5", n, f"sent as {r['dtype']}, declared {want[n]}", stage="wire",
-                                expected=want[n], actual=r["dtype"]))
-            if n in ctx.payload and _dtype(str(ctx.payload[n].dtype)) != _dtype(r["dtype"]):
-                out.append(fail("S5", n, f"manifest says {r['dtype']}, bytes arrived as {ctx.payload[n].dtype}",
+        for r in ctx.payload.meta.records:
+            n = r.name
+            if n in want and _dtype(r.dtype) != want[n]:
+                out.append(fail("S5", n, f"sent as {r.dtype}, declared {want[n]}", stage="wire",
+                                expected=want[n], actual=r.dtype))
+            if n in ctx.payload and _dtype(str(ctx.payload[n].dtype)) != _dtype(r.dtype):
+                out.append(fail("S5", n, f"manifest says {r.dtype}, bytes arrived as {ctx.payload[n].dtype}",
                                 stage="transport"))
     if ctx.trainer is not None:
         for n, dt in want.items():
             if cfg.sync_mode == "onpolicy" and n in ctx.trainer and _dtype(str(ctx.trainer[n].dtype)) != dt:
                 out.append(fail("S5", n, f"trainer holds {ctx.trainer[n].dtype}, declared {dt}", stage="trainer"))
     fp8_params = cfg.layout.fp8_vllm
+    known = _layout_params(ctx)
     for k in ctx.rollout.names():
+        if k not in known:
+            continue                    # S1 reports tensors the layout does not know
         _, n = split_rank_name(k)
         if is_scale_name(n):
             exp = _dtype(str(cfg.recipe.scale_dtype)) if weight_of_scale(n) in fp8_params else None
@@ -402,22 +449,22 @@ def s6_exclusion(ctx: CheckContext):
                 out.append(fail("S6", n, "trainer keeps in high precision a tensor the config declares FP8",
                                 stage="trainer"))
     if ctx.payload is not None and cfg.sync_mode == "onpolicy":
-        wire_hp = {r["name"] for r in ctx.payload.meta.get("records", []) if r["role"] == ROLE_HP}
-        wire_fp8 = {r["name"] for r in ctx.payload.meta.get("records", []) if r["role"] == "fp8"}
+        wire_hp = {r.name for r in ctx.payload.meta.records if r.role == ROLE_HP}
+        wire_fp8 = {r.name for r in ctx.payload.meta.records if r.role == ROLE_FP8}
         for n in sorted(wire_hp & cfg.fp8_tensors):
             out.append(fail("S6", n, "sent as high precision, config declares FP8", stage="wire"))
         for n in sorted(wire_fp8 & cfg.high_precision):
             out.append(fail("S6", n, "sent as FP8, config declares high precision", stage="wire"))
     meta = ctx.rollout.meta
-    if "ignored_layers" not in meta or "fp8_modules" not in meta:
-        out.append(unknown("S6", "rollout snapshot has no ignored_layers / fp8_modules metadata"))
+    if meta.ignored_layers is None or meta.fp8_modules is None:
+        out.append(unknown("S6", "the engine record has no ignored_layers / fp8_modules"))
     else:
-        got, want = set(meta["ignored_layers"]), set(cfg.ignored_layers)
+        got, want = set(meta.ignored_layers), set(cfg.ignored_layers)
         for m in sorted(want - got):
             out.append(fail("S6", m, "missing from the engine's ignored_layers (engine quantizes it)", stage="engine"))
         for m in sorted(got - want):
             out.append(fail("S6", m, "in the engine's ignored_layers but FP8 in the config", stage="engine"))
-        e_fp8, c_fp8 = set(meta["fp8_modules"]), expected_fp8_modules(cfg)
+        e_fp8, c_fp8 = set(meta.fp8_modules), expected_fp8_modules(cfg)
         for m in sorted(e_fp8 - c_fp8):
             out.append(fail("S6", m, "engine module is FP8, config keeps it in high precision", stage="engine"))
         for m in sorted(c_fp8 - e_fp8):
@@ -433,27 +480,28 @@ def s6_exclusion(ctx: CheckContext):
 def s7_lifecycle(ctx: CheckContext):
     out = []
     meta = ctx.rollout.meta
-    version = meta.get("version", ctx.trainer.meta.get("version") if ctx.trainer is not None else None)
-    for e in meta.get("errors", []):
+    version = meta.version
+    if version is None and ctx.trainer is not None and ctx.trainer.meta is not None:
+        version = ctx.trainer.meta.version
+    for e in meta.errors:
         out.append(fail("S7", None, f"update did not complete: {e}"))
-    ups = meta.get("updates")
-    if not ups:
-        out.append(unknown("S7", "no update record in the rollout metadata (post-load counts unknown)"))
+    last = meta.last_update
+    if last is None:
+        out.append(unknown("S7", "no update record in the engine record (post-load counts unknown)"))
     else:
-        last = ups[-1]
-        pp = last.get("post_process", {})
-        for mod in sorted(set(last.get("completed", [])) | set(last.get("partial", []))):
+        pp = last.post_process
+        for mod in sorted(set(last.completed) | set(last.partial)):
             c = pp.get(mod, pp.get(split_rank_name(mod)[1], 0))
             if c != 1:
                 what = "skipped" if c == 0 else f"ran {c} times"
                 out.append(fail("S7", mod, f"post-load processing {what} (must run exactly once per update)",
                                 count=c))
-    if "storage_moved" in meta:
-        for n in meta["storage_moved"]:
+    if meta.storage_moved is not None:
+        for n in meta.storage_moved:
             out.append(fail("S7", n, "parameter storage replaced: captured CUDA graphs still read the old tensor"))
     else:
         out.append(unknown("S7", "no storage-pointer record"))
-    vers = meta.get("versions")
+    vers = meta.versions
     if vers is None or version is None:
         out.append(unknown("S7", "no per-tensor version metadata"))
     else:
@@ -461,23 +509,24 @@ def s7_lifecycle(ctx: CheckContext):
             if list(vs) != [version]:
                 out.append(fail("S7", n, f"serves version(s) {vs}, the sync installed version {version}",
                                 versions=vs))
-    rs = meta.get("resync")
+    rs = meta.resync
     if rs is None:
         out.append(unknown("S7", "idempotence not measured (no re-sync record)"))
-    elif "error" in rs:
-        out.append(fail("S7", None, f"re-sync of the same payload failed: {rs['error']}"))
-    elif rs.get("changed"):
-        out.append(fail("S7", rs["changed"][0], f"re-syncing the same payload changed {len(rs['changed'])} tensors "
-                                                "(not idempotent)", changed=rs["changed"][:8]))
-    for g in meta.get("generations", []):
-        if g.get("during_update") or len(g.get("versions", [])) > 1:
-            out.append(fail("S7", None, "generation ran on a half-installed policy", event=g))
-    rcv = (ctx.payload.meta.get("receive") if ctx.payload is not None else None) or {}
-    if rcv and not rcv.get("in_order", True):
-        out.append(fail("S7", None, f"buckets applied out of order: {rcv.get('sequence')}", stage="transport"))
-    if rcv and rcv.get("expected_buckets") is not None and len(set(rcv.get("sequence", []))) != rcv["expected_buckets"]:
-        out.append(fail("S7", None, f"update incomplete: {len(set(rcv.get('sequence', [])))} of "
-                                    f"{rcv['expected_buckets']} buckets", stage="transport"))
+    elif rs.error is not None:
+        out.append(fail("S7", None, f"re-sync of the same payload failed: {rs.error}"))
+    elif rs.changed:
+        out.append(fail("S7", rs.changed[0], f"re-syncing the same payload changed {len(rs.changed)} tensors "
+                                             "(not idempotent)", changed=rs.changed[:8]))
+    for g in meta.generations:
+        if g.during_update or len(g.versions) > 1:
+            out.append(fail("S7", None, "generation ran on a half-installed policy",
+                            event={"during_update": g.during_update, "versions": g.versions}))
+    rcv = ctx.payload.meta.receive if ctx.payload is not None and ctx.payload.meta is not None else None
+    if rcv is not None and not rcv.in_order:
+        out.append(fail("S7", None, f"buckets applied out of order: {rcv.sequence}", stage="transport"))
+    if rcv is not None and rcv.expected_buckets is not None and len(set(rcv.sequence)) != rcv.expected_buckets:
+        out.append(fail("S7", None, f"update incomplete: {len(set(rcv.sequence))} of "
+                                    f"{rcv.expected_buckets} buckets", stage="transport"))
     if not out:
         return [passed("S7", "one complete, in-place, idempotent update; one version everywhere")]
     return _cap("S7", out)

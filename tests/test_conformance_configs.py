@@ -6,7 +6,7 @@ import torch
 
 from e2e.conformance import configs
 from harness.formats.bytes import as_bytes
-from harness.sync.session import reference_sync
+from harness.sync.pipeline import fault_config, reference_sync
 
 
 def _state(name):

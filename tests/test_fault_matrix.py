@@ -3,10 +3,11 @@ of the invariants it declares; every clean run passes every invariant (no false 
 import pytest
 
 import faults
-from faults.matrix import clean_config, matrix_cells, run_cell
+from faults.matrix import matrix_cells, run_cell
+from harness.config import recommended_config
 
 # cells whose fault cannot apply to that model / recipe are not tests at all (the CLI lists them as n/a)
-CELLS = [(f, m, r) for f, m, r in matrix_cells() if f is None or faults.FAULTS[f].applies(clean_config(m, r))]
+CELLS = [(f, m, r) for f, m, r in matrix_cells() if f is None or faults.FAULTS[f].applies(recommended_config(m, r))]
 
 
 @pytest.mark.parametrize("fault,model,recipe", CELLS, ids=[f"{f or 'clean'}-{m}-{r}" for f, m, r in CELLS])

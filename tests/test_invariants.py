@@ -4,10 +4,10 @@ import json
 import pytest
 
 import faults
-from faults.matrix import clean_config
+from harness.config import recommended_config
 from harness.cli import main
 from harness.snapshot import Snapshot
-from harness.sync.session import reference_sync
+from harness.sync.pipeline import fault_config, reference_sync
 from invariants import FAIL, PASS, REGISTRY, UNKNOWN, CheckContext, Finding, overall, run_catalog, run_invariant
 from invariants.base import Invariant
 
@@ -23,18 +23,19 @@ def test_a_raising_check_is_unknown_never_pass():
     def boom(ctx):
         raise RuntimeError("engine not reachable")
     inv = Invariant("T1", "test", "t", "t", boom)
-    (f,) = run_invariant(inv, CheckContext(clean_config("tiny-dense", "blockwise-fp32")))
+    (f,) = run_invariant(inv, CheckContext(recommended_config("tiny-dense", "blockwise-fp32")))
     assert f.verdict == UNKNOWN and "engine not reachable" in f.message
 
 
 def test_missing_snapshot_is_unknown():
-    out = run_catalog(CheckContext(clean_config("tiny-dense", "blockwise-fp32")), ids=["S2", "S7"])
+    out = run_catalog(CheckContext(recommended_config("tiny-dense", "blockwise-fp32")), ids=["S2", "S7"])
     assert {f.verdict for f in out} == {UNKNOWN}
 
 
 def test_rollout_without_metadata_is_unknown_for_s6_s7():
-    res, _, _ = reference_sync(clean_config("tiny-dense", "blockwise-fp32"))
-    bare = Snapshot("rollout", dict(res.rollout.tensors), {})
+    from harness.record import EngineRecord
+    res, _, _ = reference_sync(recommended_config("tiny-dense", "blockwise-fp32"))
+    bare = Snapshot("rollout", dict(res.rollout.tensors), EngineRecord("bare"))
     out = run_catalog(CheckContext(res.config, res.payload, res.trainer, bare), ids=["S6", "S7"])
     assert {f.invariant_id for f in out if f.verdict == UNKNOWN} == {"S6", "S7"}
 
@@ -73,12 +74,12 @@ def test_registry_ids_are_unique_and_conditions_one_line():
 def test_checks_never_change_the_reference_engine(model):
     """Running the whole catalog (and the probes) leaves every engine tensor, version and pointer as it was."""
     from harness.sync.payload import tensor_digest
-    res, trainer, rollout = reference_sync(clean_config(model, "blockwise-fp32"))
+    res, trainer, rollout = reference_sync(recommended_config(model, "blockwise-fp32"))
     before = {n: tensor_digest(t) for n, t in rollout.kernel_tensors().items()}
-    meta0 = rollout.metadata()
+    meta0 = rollout.record()
     ctx = CheckContext(res.config, res.payload, res.trainer, Snapshot("rollout", rollout.kernel_tensors(), res.rollout.meta),
                        Snapshot("master", trainer.master_hf()))
     assert not [f for f in run_catalog(ctx) if f.verdict != PASS]
     after = {n: tensor_digest(t) for n, t in rollout.kernel_tensors().items()}
-    assert before == after and rollout.metadata()["versions"] == meta0["versions"]
-    assert rollout._ptrs() == rollout.ptrs_at_start
+    meta1 = rollout.record()
+    assert before == after and meta1.versions == meta0.versions and meta1.storage_moved == meta0.storage_moved == []

@@ -7,18 +7,16 @@ from hypothesis import given, seed, settings, strategies as st
 
 import faults
 from harness import strategies as fst
-from harness.snapshot import Snapshot
-from harness.sync.session import reference_sync
-from invariants import CheckContext, run_catalog
+from harness.sync.pipeline import fault_config, reference_sync
+from invariants import run_catalog
 
 FAMILIES = ("sync", "contract", "exclusion", "alignment")
 CI = os.environ.get("HYPOTHESIS_PROFILE") == "ci"
 
 
-def _findings(config, hooks=None):
-    res, trainer, _ = reference_sync(config, hooks=hooks)
-    ctx = CheckContext(config, res.payload, res.trainer, res.rollout, Snapshot("master", trainer.master_hf()))
-    return run_catalog(ctx, families=FAMILIES)
+def _findings(config, fault=None):
+    res, _, _ = reference_sync(fault_config(config, fault), fault=fault, checks=False)
+    return run_catalog(res.context(), families=FAMILIES)
 
 
 def _clean(config):
@@ -53,7 +51,7 @@ def test_fault_trips_its_invariant(config, name, params):
     if not f.applies(config):
         return
     try:
-        fired = {x.invariant_id for x in _findings(config, f.hooks()) if x.verdict == "fail"}
+        fired = {x.invariant_id for x in _findings(config, f) if x.verdict == "fail"}
     except LookupError:
         return                                          # no target for this fault in this generated model
     assert fired & set(f.trips), (name, f.params, sorted(fired))
@@ -62,8 +60,8 @@ def test_fault_trips_its_invariant(config, name, params):
 @pytest.mark.parametrize("bit", range(32))
 def test_every_scale_bit_flip_is_caught(bit):
     """Exhaustive over the bit position of a flipped FP32 scale, both sign and exponent and mantissa bits."""
-    from faults.matrix import clean_config
+    from harness.config import recommended_config
     f = faults.FAULTS["scale_bit_flip"].with_params(bit=bit, element=5)
-    fired = {x.invariant_id for x in _findings(clean_config("tiny-dense", "blockwise-fp32"), f.hooks())
+    fired = {x.invariant_id for x in _findings(recommended_config("tiny-dense", "blockwise-fp32"), f)
              if x.verdict == "fail"}
     assert "S3" in fired

@@ -25,15 +25,20 @@ def run(args) -> int:
     if not config.spec.live:
         raise UsageError(f"--model {config.model}: CPU reference only (vLLM 0.26 serves Qwen3.5 only as a multimodal "
                          f"model); live models: tiny-dense, tiny-moe")
-    from faults import FAULTS
-    from e2e.live import ALL_LIVE_FAULTS, run_live
-    names = list(ALL_LIVE_FAULTS) if args.faults == ["all"] else (args.faults or [])
+    from faults import FAULTS, live_faults
+    from e2e.live import run_live
+    from ..engines.registry import get_engine
+    names = live_faults(config, get_engine("rollout", "vllm").factory.knobs) if args.faults == ["all"] \
+        else (args.faults or [])
     for n in names:
         if n not in FAULTS:
             raise UsageError(f"--faults {n}: unknown fault; `fp8check faults --list` shows them")
     workdir = args.workdir or tempfile.mkdtemp(prefix="fp8check-live-")
-    report = run_live(config, args.steps, workdir, names, probes=not args.no_probes, fp8_source=args.trainer,
-                      snapshot_dir=args.snapshot)
+    if args.snapshot:
+        from ..snapshot import prepare_out_dir
+        prepare_out_dir(args.snapshot, "--snapshot")
+    report = run_live(config, args.steps, names, probes=not args.no_probes, snapshot_dir=args.snapshot,
+                      trainer=args.trainer, rollout="vllm", rollout_kwargs={"workdir": workdir})
     return render(report, config, args, workdir)
 
 
@@ -74,7 +79,8 @@ def register(sub, cfg_args):
     cfg_args(p, model_default="tiny-dense")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--faults", nargs="*", help="fault names, or 'all' for every live-injectable fault")
-    p.add_argument("--trainer", choices=["megatron", "cpu-reference"], default="megatron")
+    p.add_argument("--trainer", choices=["megatron", "cpu-reference"], default="megatron",
+                   help="registered trainer engine (cpu-reference: the CPU mirror feeding the real vLLM)")
     p.add_argument("--no-probes", action="store_true")
     p.add_argument("--workdir")
     p.add_argument("--out", help="JSON report path")

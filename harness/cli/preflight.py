@@ -57,9 +57,9 @@ def probe_lines(job) -> list[Line]:
     from dataclasses import replace
     from e2e.live import LiveSession
     cfg = replace(job.config, model="tiny-dense" if not job.config.spec.live else job.config.model)
-    s = LiveSession(cfg, tempfile.mkdtemp(prefix="fp8check-probe-"))
-    s.step()
-    o = s.sync("preflight probe", probes=True)
+    with LiveSession(cfg, rollout_kwargs={"workdir": tempfile.mkdtemp(prefix="fp8check-probe-")}) as s:
+        s.step()
+        o = s.sync("preflight probe", probes=True)
     lines = []
     for i in ("S1", "S2", "S3", "S4", "S5", "S6", "S7"):
         bad = [f for f in o.findings if f.invariant_id == i and f.verdict != "pass"]

@@ -4,20 +4,19 @@ from __future__ import annotations
 import os
 
 from ..config import ConfigError, SyncConfig
-from ..snapshot import FILES, MANIFEST, SnapshotError, read_snapshot_dir, snapshot_manifest, write_snapshot_dir
-from ..snapshot.model import Snapshot
-from ..sync.payload import tensor_digest
-from ..sync.session import reference_sync
+from ..models import MODELS, ModelError, ModelSpec, register_model
+from ..snapshot import (FILES, MANIFEST, SnapshotError, prepare_out_dir, read_snapshot_dir, snapshot_manifest,
+                        write_snapshot_dir)
+from ..sync.payload import digest_matches
+from ..sync.pipeline import reference_sync
 from .report import console, findings_json, findings_table, junit_xml
 
 
 def write_reference_snapshot(config: SyncConfig, out: str, steps: int = 1) -> str:
-    result, trainer, rollout = reference_sync(config, steps=steps)
-    master = Snapshot("master", trainer.master_hf())
-    manifest = snapshot_manifest(config, result.version, master=master, trainer=result.trainer,
-                                 payload=result.payload, rollout=result.rollout)
-    write_snapshot_dir(out, manifest, master=master, trainer=result.trainer, payload=result.payload,
-                       rollout=result.rollout)
+    prepare_out_dir(out)                      # before anything is computed
+    result, _, _ = reference_sync(config, steps=steps, checks=False)
+    snaps = dict(master=result.master, trainer=result.trainer, payload=result.payload, rollout=result.rollout)
+    write_snapshot_dir(out, snapshot_manifest(config, result.version, **snaps), **snaps)
     n = {role: len(s.tensors) for role, s in (("trainer", result.trainer), ("payload", result.payload),
                                               ("rollout", result.rollout))}
     return (f"wrote {out}/: {', '.join(FILES.values())}, {MANIFEST}  ({config.model}, {config.recipe.name}, "
@@ -28,16 +27,23 @@ def write_reference_snapshot(config: SyncConfig, out: str, steps: int = 1) -> st
 def context_from_dir(path: str):
     from invariants import CheckContext
     snap = read_snapshot_dir(path)
+    where = f"{os.path.join(path, MANIFEST)}"
+    spec = snap.manifest.model_spec
+    if spec is not None and snap.manifest.model not in MODELS:      # a model read from a config.json elsewhere
+        try:
+            register_model(ModelSpec.from_dict(spec))
+        except (TypeError, ValueError, ModelError) as e:
+            raise SnapshotError(f"{where}: model_spec does not describe a model ({e})") from None
     try:
-        config = SyncConfig.from_dict(snap.manifest["config"], f"{os.path.join(path, MANIFEST)}: config")
+        config = SyncConfig.from_dict(snap.manifest.config, f"{where}: config")
     except ConfigError as e:
         raise SnapshotError(str(e)) from None
     # tensors edited after capture: reported beside the findings (the invariants judge the content)
     tampered = []
-    for role, digests in (snap.manifest.get("digests") or {}).items():
-        s = getattr(snap, role, None)
-        for n in s.names() if s is not None else []:
-            if n in digests and tensor_digest(s[n]) != digests[n]:
+    for role, digests in snap.manifest.digests.items():
+        s = getattr(snap, role)
+        for n in s.names():
+            if n in digests and not digest_matches(s[n], digests[n]):
                 tampered.append(f"{role}:{n}")
     ctx = CheckContext(config, payload=snap.payload, trainer=snap.trainer, rollout=snap.rollout, master=snap.master)
     return ctx, tampered

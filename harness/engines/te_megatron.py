@@ -5,7 +5,7 @@ with `is_first_microbatch=True` caches (`_fp8_workspaces["weight"]`, `"weight{i}
 parameters themselves with persistent FP8 parameters (`fp8_param`) -- never re-quantized by fp8check. TE stores
 scale_inv padded to a multiple of 4 K-blocks; `te_to_wire` crops it to the unpadded grid.
 
-Masters: the adapter loads the same deterministic masters as the CPU reference trainer (`_masters`) so the two
+Masters: the adapter loads the same deterministic masters as the CPU reference trainer (`megatron_masters`) so the two
 can be compared byte for byte (conformance). `NVTE_FP8_BLOCK_SCALING_FP32_SCALES` is read when Transformer
 Engine is imported, so the process must be started with it set (the Ray worker's runtime_env does that).
 """
@@ -19,7 +19,8 @@ import torch
 from ..config import SyncConfig
 from ..formats import te_to_wire
 from ..layouts import scale_name
-from .cpu.trainer import _masters
+from ..record import TrainerRecord
+from .cpu.trainer import act_quant_kind, masters_hf, megatron_masters
 
 
 def trainer_env(config: SyncConfig) -> dict[str, str]:
@@ -55,6 +56,7 @@ class MegatronTrainer:
     engine = "megatron-core+transformer-engine"
 
     def __init__(self, config: SyncConfig, seed: int = 1234):
+        torch.set_num_threads(4)
         want = trainer_env(config)["NVTE_FP8_BLOCK_SCALING_FP32_SCALES"]
         if os.environ.get("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0") != want:
             raise RuntimeError(f"NVTE_FP8_BLOCK_SCALING_FP32_SCALES must be {want} in this process before "
@@ -109,7 +111,7 @@ class MegatronTrainer:
 
     # -- weights -----------------------------------------------------------------------------------------------
     def load_masters(self, step: int):
-        masters = _masters(self.config.model, self.config.seed, step)
+        masters = megatron_masters(self.config.model, self.config.seed, step)
         with torch.no_grad():
             for n, p in self.model.named_parameters():
                 src = masters[n].to("cuda")
@@ -181,6 +183,15 @@ class MegatronTrainer:
 
     def export_hf(self) -> dict:
         return self.layout.megatron_to_hf(self.fp8_forward_weights())
+
+    def master_hf(self) -> dict:
+        return masters_hf(self.config, self.step)
+
+    def record(self) -> TrainerRecord:
+        return TrainerRecord(self.engine, self.step, self.config.trainer.fp8_param, act_quant_kind(self.config), {
+            "env": {k: os.environ.get(k) for k in ("NVTE_FP8_BLOCK_SCALING_FP32_SCALES",)},
+            "cuda": torch.cuda.get_device_name(0), "sources": dict(getattr(self, "sources", {})),
+            "loss": getattr(self, "last_loss", None)})
 
     def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
         out = []

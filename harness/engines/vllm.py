@@ -1,36 +1,41 @@
-"""Live rollout adapter: a real vLLM 0.26 engine serving a tiny model with block-FP8 weights.
+"""vLLM 0.26 as a rollout engine (the protocol in harness.engines.protocol), serving a model with block-FP8 weights.
 
 The engine starts from dummy weights with `quantization_config` from the SyncConfig (block shape, exclusion set
-as `ignored_layers`), and receives syncs through vLLM's own layerwise reload
-(`worker.model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`, reached through
-`LLM.collective_rpc`). Everything it reports is read back from the worker: parameter bytes, data pointers,
-how many times each layer's `process_weights_after_loading` ran. Reading never changes engine state.
+as `ignored_layers`) and fp8check's worker extension (harness.engines.vllm_extension: the same methods a user's
+own engine gets with one engine argument), and receives syncs through vLLM's own layerwise reload
+(`worker.model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`). Everything it reports is
+read back from the workers: parameter bytes and digests, data pointers, how many times each layer's
+`process_weights_after_loading` ran. Reading never changes engine state.
 
-Environment (read by vLLM when it starts, so set before this module creates the engine): VLLM_USE_DEEP_GEMM,
-VLLM_USE_DEEP_GEMM_E8M0 from the config; VLLM_ENABLE_V1_MULTIPROCESSING=0 so callables reach the worker.
+Environment (read by vLLM when it starts, so the process is started with it: the registry's `env`):
+VLLM_USE_DEEP_GEMM, VLLM_USE_DEEP_GEMM_E8M0 from the config.
 """
 from __future__ import annotations
 
 import json
 import os
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import torch
 
 from ..config import SyncConfig
-from ..layouts import engine_module, rank_name, scale_name, weight_of_scale
-from .cpu.rollout import SENTINEL
+from ..layouts import engine_module, rank_name, weight_of_scale
+from ..record import EngineRecord, Generation, ServingState, UpdateRecord
+from .protocol import EngineError
 from .versions import param_versions, served_versions, versions_meta
+from .vllm_extension import WORKER_EXTENSION
+from .vllm_numerics import declared_act_quant, declared_post_load
+from .remote import decode, encode
 
 PROMPT_LOGPROBS = 1
 
 
 def engine_env(config: SyncConfig) -> dict[str, str]:
     """Environment a vLLM process needs for this config (explicit values: vLLM's defaults are not ours)."""
-    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_USE_DEEP_GEMM": "1" if config.rollout.use_deep_gemm else "0",
+    env = {"VLLM_USE_DEEP_GEMM": "1" if config.rollout.use_deep_gemm else "0",
            "VLLM_USE_DEEP_GEMM_E8M0": "1" if config.deep_gemm_e8m0 else "0", "VLLM_DEEP_GEMM_WARMUP": "skip",
            "VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "NCCL_NVLS_ENABLE": "0"}
+           "TRANSFORMERS_OFFLINE": "1", "NCCL_NVLS_ENABLE": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     if config.rollout.moe_backend == "triton":
         env["VLLM_MOE_USE_DEEP_GEMM"] = "0"   # the selector only checks whether DeepGEMM MoE is requested
     return env
@@ -47,165 +52,93 @@ def write_model_dir(config: SyncConfig, path: str, ignored_layers=None) -> str:
     return path
 
 
-# -- functions executed inside the vLLM worker (collective_rpc passes the worker as `self`) --------------------------
-def _w_model(self):
-    return self.model_runner.get_model()
-
-
-def _w_params(self) -> dict:
-    return {n: p for n, p in _w_model(self).named_parameters()}
-
-
-def _w_layers(self) -> dict:
-    """layer name -> module, for every module that owns parameters and has a quantization method (the layers
-    whose post-load step a reload runs)."""
-    from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
-    return {n: m for n, m in _w_model(self).named_modules()
-            if isinstance(getattr(m, "quant_method", None), QuantizeMethodBase)
-            and any(True for _ in m.named_parameters(recurse=False))}
-
-
-def _w_instrument(self):
-    """Count, per layer, how often vLLM asks for process_weights_after_loading (a completed layer) and how often
-    it actually runs; `_fp8check_repeats` 0 or 2 injects the skipped / doubled post-load faults."""
-    calls = self.__dict__.setdefault("_fp8check_calls", Counter())
-    runs = self.__dict__.setdefault("_fp8check_runs", Counter())
-    self.__dict__["_fp8check_repeats"] = 1
-    for name, layer in _w_layers(self).items():
-        qm = layer.quant_method
-        orig = qm.__dict__.get("_fp8check_orig") or qm.process_weights_after_loading
-        qm.__dict__["_fp8check_orig"] = orig
-
-        def wrapped(lyr, _orig=orig, _name=name):
-            calls[_name] += 1
-            for _ in range(self.__dict__["_fp8check_repeats"]):
-                runs[_name] += 1
-                _orig(lyr)
-        qm.process_weights_after_loading = wrapped
-    return sorted(_w_layers(self))
-
-
-def _w_reset_counts(self, repeats: int = 1):
-    self.__dict__["_fp8check_calls"].clear()
-    self.__dict__["_fp8check_runs"].clear()
-    self.__dict__["_fp8check_repeats"] = repeats
-    return True
-
-
-def _w_counts(self) -> tuple:
-    return dict(self.__dict__["_fp8check_calls"]), dict(self.__dict__["_fp8check_runs"])
-
-
-def _w_info(self) -> dict:
-    return {n: {"shape": list(p.shape), "dtype": str(p.dtype).removeprefix("torch."),
-                "ptr": None if p.is_meta else p.data_ptr(), "meta": p.is_meta}
-            for n, p in _w_params(self).items()}
-
-
-def _w_read(self, names=None) -> dict:
-    """Parameters as the kernels read them; a parameter left on the meta device (never materialized by a
-    reload) has no bytes and is left out (metadata lists it as unmaterialized)."""
-    ps = _w_params(self)
-    return {n: p.detach().to("cpu", copy=True) for n, p in ps.items()
-            if (names is None or n in names) and not p.is_meta}
-
-
-def _w_poison(self):
-    with torch.no_grad():
-        for p in _w_params(self).values():
-            if not p.is_meta and p.numel():
-                p.data.reshape(-1).view(torch.uint8).fill_(SENTINEL)
-    return True
-
-
-def _w_reload(self, items: list):
-    dev = next(iter(_w_params(self).values())).device
-    self.model_runner.reload_weights(weights_iterator=((n, t.to(dev)) for n, t in items), is_checkpoint_format=True)
-    torch.cuda.synchronize()
-    return True
-
-
-def _w_load_direct(self, items: list):
-    """The direct path (`model.load_weights`), as some RL stacks call it; fails after the first post-load."""
-    dev = next(iter(_w_params(self).values())).device
-    with torch.no_grad():
-        return sorted(_w_model(self).load_weights(iter([(n, t.to(dev)) for n, t in items])) or [])
-
-
-def _w_quantize_online(self, items: list, block: list):
-    """Naive sync: the engine quantizes BF16 weights itself with vLLM's own block quantizer."""
-    from vllm.utils.deep_gemm import per_block_cast_to_fp8
-    out = []
-    for n, t, fp8 in items:
-        if fp8:
-            q, s = per_block_cast_to_fp8(t.cuda().float(), block_size=block, use_ue8m0=False)
-            out += [(n, q.cpu()), (scale_name(n), s.float().cpu())]
-        else:
-            out.append((n, t))
-    return out
-
-
-def _w_digests(self, seeds: tuple) -> dict:
-    from .digest import device_digest
-    return {n: device_digest(p.detach(), seeds) for n, p in _w_params(self).items()}
-
-
 class VLLMEngine:
-    """One vLLM engine in this process (the Ray rollout worker owns one)."""
+    """One vLLM engine in this process (the remote wrapper runs it inside a Ray actor)."""
     engine = "vllm-0.26"
+    knobs = frozenset(("post_process_repeats", "detach_on_install"))
 
-    def __init__(self, config: SyncConfig, workdir: str, gpu_memory_utilization: float = 0.12, seed: int = 0,
-                 ignored_layers=None):
-        for k, v in engine_env(config).items():
-            os.environ[k] = v
-        from vllm import LLM
+    def __init__(self, config: SyncConfig, workdir: str | None = None, gpu_memory_utilization: float = 0.12,
+                 seed: int = 0, ignored_layers=None, llm=None, **llm_kwargs):
+        """`llm`: an engine someone else built (it must carry fp8check's worker extension); otherwise one is
+        started for `config`. `llm_kwargs` go to vllm.LLM (e.g. enforce_eager=False, kv_cache_dtype)."""
         self.config = config
-        self.ignored_layers = list(config.ignored_layers if ignored_layers is None else ignored_layers)
         self.tp = config.rollout.tp_size
-        self.model_dir = write_model_dir(config, os.path.join(workdir, f"{config.model}-model"), self.ignored_layers)
-        self.llm = LLM(model=self.model_dir, load_format="dummy", enforce_eager=True,
-                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=256, max_num_seqs=8,
-                       max_num_batched_tokens=512, skip_tokenizer_init=True, dtype="bfloat16",
-                       attention_backend="TRITON_ATTN", seed=seed, tensor_parallel_size=self.tp)
-        self.layers = self.rpc(_w_instrument)[0]
-        self.ptrs_at_start = self._ptrs()
+        self.ignored_layers = list(config.ignored_layers if ignored_layers is None else ignored_layers)
+        self.cuda_graphs = not llm_kwargs.get("enforce_eager", True)
+        if llm is None:
+            for k, v in engine_env(config).items():
+                if k == "VLLM_ENABLE_V1_MULTIPROCESSING":
+                    os.environ.setdefault(k, v)      # the extension works either way; in-process is the default
+                else:
+                    os.environ[k] = v
+            from vllm import LLM
+            import tempfile
+            workdir = workdir or tempfile.mkdtemp(prefix="fp8check-vllm-")
+            self.model_dir = write_model_dir(config, os.path.join(workdir, f"{config.model}-model"),
+                                             self.ignored_layers)
+            kw = dict(model=self.model_dir, load_format="dummy", enforce_eager=True,
+                      gpu_memory_utilization=gpu_memory_utilization, max_model_len=256, max_num_seqs=8,
+                      max_num_batched_tokens=512, skip_tokenizer_init=True, dtype="bfloat16",
+                      attention_backend="TRITON_ATTN", seed=seed, tensor_parallel_size=self.tp,
+                      worker_extension_cls=WORKER_EXTENSION)
+            kw.update(llm_kwargs)
+            llm = LLM(**kw)
+        self.llm = llm
+        self.layers = self.rpc("fp8check_instrument")[0]
         self.versions: list[dict] = [defaultdict(set) for _ in range(self.tp)]
-        self.updates: list[dict] = []
-        self.generations: list[dict] = []
+        self.updates: list[UpdateRecord] = []
+        self.generations: list[Generation] = []
         self.poisoned = False
 
-    def rpc(self, fn, *args):
-        return self.llm.collective_rpc(fn, args=args)
+    def rpc(self, method: str, *args):
+        return self.llm.collective_rpc(method, args=args)
 
-    def _ptrs(self) -> dict:
-        return {rank_name(n, r, self.tp): i["ptr"] for r, info in enumerate(self.rpc(_w_info)) for n, i in info.items()}
+    def close(self):
+        """Release the engine's GPU memory (the remote wrapper also kills the process)."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception:  # noqa: BLE001 - best effort; the process exit frees the rest
+                pass
+            del llm
+        import gc
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
-    # -- sync ------------------------------------------------------------------------------------------------
+    # -- sync ----------------------------------------------------------------------------------------------------
     def poison(self):
-        self.rpc(_w_poison)
+        self.rpc("fp8check_poison")
         self.poisoned = True
 
-    def reload_weights(self, items, version: int | None = None, *, post_process_repeats: int = 1,
-                       direct: bool = False):
-        """items: (name, cpu tensor, version). Returns the update record."""
+    def install(self, items, version: int | None = None, *, direct: bool = False, knobs: dict | None = None):
+        """items: (name, host tensor, version). Returns the update record; EngineError if vLLM refused."""
         items = list(items)
-        self.rpc(_w_reset_counts, post_process_repeats)
-        rec = {"version": version, "post_process": {}, "completed": [], "untouched": [], "partial": [],
-               "dropped_loads": [], "errors": []}
+        knobs = dict(knobs or {})
+        unknown = set(knobs) - self.knobs
+        if unknown:
+            raise EngineError(f"{self.engine} cannot inject {sorted(unknown)}")
+        self.rpc("fp8check_reset_counts", int(knobs.get("post_process_repeats", 1)))
+        rec = UpdateRecord(version)
         self.updates.append(rec)
+        self.generations = []                # the record reports generations since this update began
+        wire = encode([(n, t) for n, t, _ in items])
         try:
             if direct or self.config.rollout.install == "load_weights":
-                self.rpc(_w_load_direct, [(n, t) for n, t, _ in items])
+                self.rpc("fp8check_load_direct", wire)
             else:
-                self.rpc(_w_reload, [(n, t) for n, t, _ in items])
+                self.rpc("fp8check_reload", wire, bool(knobs.get("detach_on_install", False)))
         except Exception as e:  # noqa: BLE001 - the engine refused; record it like the reference does
-            rec["errors"].append(f"{e.__class__.__name__}: {e}")
-            raise
+            rec.errors.append(f"{e.__class__.__name__}: {e}")
+            raise EngineError(rec.errors[-1]) from None
         finally:
-            for r, (calls, runs) in enumerate(self.rpc(_w_counts)):
+            for r, (calls, runs) in enumerate(self.rpc("fp8check_counts")):
                 for layer in self.layers:
-                    rec["post_process"][layer] = runs.get(layer, 0)
-                    (rec["completed"] if calls.get(layer) else rec["untouched"]).append(rank_name(layer, r, self.tp))
+                    key = rank_name(layer, r, self.tp)
+                    rec.post_process[key] = runs.get(layer, 0)
+                    (rec.completed if calls.get(layer) else rec.untouched).append(key)
+            self.rpc("fp8check_reset_counts", 1)
             for r, vs in enumerate(param_versions(self.config, items)):
                 for n, v in vs.items():
                     self.versions[r][n] = v
@@ -214,33 +147,44 @@ class VLLMEngine:
     def quantize_online(self, items):
         """Naive path: BF16 weights quantized inside the engine with vLLM's per_block_cast_to_fp8."""
         fp8 = self.config.fp8_tensors
-        out = self.rpc(_w_quantize_online, [(n, t, n in fp8) for n, t, _ in items],
-                       list(self.config.recipe.block_shape))[0]
+        out = decode(self.rpc("fp8check_quantize_online", encode([(n, t, n in fp8) for n, t, _ in items]),
+                              list(self.config.recipe.block_shape))[0])
         ver = {n: v for n, _, v in items}
         return [(n, t, ver.get(n, ver.get(weight_of_scale(n)))) for n, t in out]
 
-    # -- reading (never mutates) ---------------------------------------------------------------------------------
+    # -- reading (never mutates) -----------------------------------------------------------------------------------
     def kernel_tensors(self, names=None) -> dict:
-        return {rank_name(n, r, self.tp): t for r, ps in enumerate(self.rpc(_w_read, names)) for n, t in ps.items()}
+        local = None if names is None else sorted({n.split(":", 1)[1] if n.startswith("tp") and ":" in n else n
+                                                   for n in names})
+        out = {}
+        for r, enc in enumerate(self.rpc("fp8check_read", local, self.cuda_graphs)):
+            for n, t in decode(enc).items():
+                k = rank_name(n, r, self.tp)
+                if names is None or k in names:
+                    out[k] = t
+        return out
 
-    def device_digests(self, seeds) -> dict:
-        return {rank_name(n, r, self.tp): d for r, ds in enumerate(self.rpc(_w_digests, seeds)) for n, d in ds.items()}
+    def state_digests(self) -> dict:
+        return {rank_name(n, r, self.tp): d for r, ds in enumerate(self.rpc("fp8check_digests", self.cuda_graphs))
+                for n, d in ds.items()}
 
-    def metadata(self) -> dict:
-        info = self.rpc(_w_info)
-        ptrs = {rank_name(n, r, self.tp): i["ptr"] for r, inf in enumerate(info) for n, i in inf.items()}
-        fp8_modules = sorted({engine_module(n) for n, i in info[0].items() if i["dtype"] == "float8_e4m3fn"})
-        return {
-            "engine": self.engine, "tp_size": self.tp, "ignored_layers": list(self.ignored_layers),
-            "fp8_modules": fp8_modules, "poisoned": self.poisoned,
-            "settings": engine_env(self.config),
-            "param_dtypes": {rank_name(n, r, self.tp): i["dtype"] for r, inf in enumerate(info) for n, i in inf.items()},
-            "storage_moved": sorted(n for n in ptrs if ptrs[n] != self.ptrs_at_start.get(n)),
-            "unmaterialized": sorted(rank_name(n, r, self.tp) for r, inf in enumerate(info) for n, i in inf.items()
-                                     if i.get("meta")),
-            "versions": versions_meta(self.versions, self.tp),
-            "updates": list(self.updates), "generations": list(self.generations),
-        }
+    def record(self) -> EngineRecord:
+        info = self.rpc("fp8check_info")
+        fp8 = [(r, n, tuple(i["shape"])) for r, inf in enumerate(info) for n, i in inf.items()
+               if i["dtype"] == "float8_e4m3fn"]
+        return EngineRecord(
+            engine=self.engine, tp_size=self.tp, ignored_layers=list(self.ignored_layers),
+            fp8_modules=sorted({engine_module(n) for r, n, _shape in fp8 if r == 0}), poisoned=self.poisoned,
+            settings=engine_env(self.config),
+            param_dtypes={rank_name(n, r, self.tp): i["dtype"] for r, inf in enumerate(info) for n, i in inf.items()},
+            storage_moved=sorted(rank_name(n, r, self.tp) for r, inf in enumerate(info) for n, i in inf.items()
+                                 if i["moved"]),
+            unmaterialized=sorted(rank_name(n, r, self.tp) for r, inf in enumerate(info) for n, i in inf.items()
+                                  if i["meta"]),
+            versions=versions_meta(self.versions, self.tp), updates=list(self.updates),
+            generations=list(self.generations), post_load=declared_post_load(self.config, fp8),
+            act_quant=declared_act_quant(self.config),
+            serving=ServingState(cuda_graphs=self.cuda_graphs))
 
     def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
         """Teacher-forced log-probs of each prompt's tokens (vLLM prompt_logprobs), as the sampler scores them."""
@@ -251,7 +195,7 @@ class VLLMEngine:
         for p, o in zip(prompts, outs):
             lp = [float(o.prompt_logprobs[i][p[i]].logprob) for i in range(1, len(p))]
             res.append(torch.tensor(lp, dtype=torch.float64))
-        self.generations.append({"during_update": False, "versions": served_versions(self.versions)})
+        self.generations.append(Generation(False, served_versions(self.versions)))
         return res
 
     def greedy(self, prompts, max_tokens: int = 8) -> list[list[int]]:

@@ -95,3 +95,6 @@ def to_float(t: torch.Tensor) -> torch.Tensor:
     if lut is None:
         lut = _LUT[t.dtype] = torch.arange(256, dtype=torch.uint8).view(t.dtype).float()
     return lut.index_select(0, t.reshape(-1).view(torch.uint8).int()).reshape(t.shape)
+
+
+pad_blocks = _pad_blocks     # public name: [N, K] -> [gn, bn, gk, bk] zero-padded block view

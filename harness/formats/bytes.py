@@ -1,6 +1,10 @@
 """Raw bytes of a tensor as a flat uint8 view (a fresh stride-1 copy when the layout needs one: PyTorch calls
-a tensor with size-1 dims "contiguous" whatever their strides, and refuses to view those as bytes)."""
+a tensor with size-1 dims "contiguous" whatever their strides, and refuses to view those as bytes), and the
+poison byte engines are filled with before a sync (S1 proves none survives)."""
 import torch
+
+SENTINEL = 0xFF           # poison / uninitialised byte: NaN in e4m3fn, bf16 and fp32 alike
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -12,3 +16,18 @@ def as_bytes(t: torch.Tensor) -> torch.Tensor:
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(as_bytes(a), as_bytes(b))
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """Fill every byte of `t` with the sentinel, in place."""
+    if t.numel():
+        t.reshape(-1).view(torch.uint8).fill_(SENTINEL)
+    return t
+
+
+def is_sentinel(t: torch.Tensor) -> torch.Tensor:
+    """Elementwise: every byte of the element is the poison byte (all bits set)."""
+    b = as_bytes(t)
+    if t.element_size() == 1:
+        return (b == SENTINEL).reshape(t.shape)
+    return (b.view(_INT_OF_SIZE[t.element_size()]) == -1).reshape(t.shape)

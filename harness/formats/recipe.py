@@ -52,6 +52,10 @@ class Recipe:
         return E8M0 if self.scale_format == "e8m0" else torch.float32
 
     @property
+    def native_arch(self) -> str:
+        return NATIVE_ARCH[self.granularity]
+
+    @property
     def pow2(self) -> bool:
         return self.scale_format in ("pow2", "e8m0")
 
@@ -78,6 +82,25 @@ class Recipe:
             return (1,)
         bn, bk = self.block_shape
         return lead + (-(-shape[-2] // bn), -(-shape[-1] // bk))
+
+
+# The GPU architecture each granularity runs on natively (one source: SyncConfig.arch, recommended configs, the
+# Hypothesis strategies and pre-flight's `fp8_recipe: auto` all read it): Hopper's blockwise FP8 GEMMs, Blackwell's
+# MXFP8 ones. `recipe_for_arch` is the inverse rule RL stacks apply to `auto` (SkyRL: blockwise below sm100).
+NATIVE_ARCH = {"block": "sm90", "tensor": "sm90", "mxfp8": "sm100"}
+
+
+def arch_major(arch: str) -> int | None:
+    try:
+        return int(str(arch).removeprefix("sm")) // 10
+    except ValueError:
+        return None
+
+
+def recipe_for_arch(arch: str) -> str:
+    """`fp8_recipe: auto`: the granularity name a stack picks on `arch` (mxfp8 on Blackwell, blockwise below)."""
+    major = arch_major(arch)
+    return "mxfp8" if major is not None and major >= 10 else "blockwise"
 
 
 RECIPES = {

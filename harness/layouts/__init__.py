@@ -9,7 +9,7 @@ import torch
 from ..models import ModelSpec
 from .megatron import megatron_pieces
 from .pieces import LayoutError, Piece, assemble, disassemble, dst_view, src_view
-from .vllm import FUSIONS, ROW_PARALLEL, engine_module, vllm_module, vllm_pieces
+from .vllm import FUSIONS, ROW_PARALLEL, engine_module, split_layer, vllm_module, vllm_pieces
 
 SCALE_SUFFIX = "_scale_inv"
 
@@ -86,8 +86,13 @@ class LayoutMap:
             shapes.update(self._scale_shapes(self.hf_shapes, self.fp8_hf))
         return assemble(pieces, tensors, shapes)
 
-    def hf_to_megatron(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return disassemble(self.megatron, tensors, self.megatron_shapes)
+    def hf_to_megatron(self, tensors: dict[str, torch.Tensor], with_scales: bool = False) -> dict[str, torch.Tensor]:
+        """HF names -> Megatron names (fused tensors rebuilt); with_scales: FP8 codes and their block scales."""
+        pieces, shapes = self.megatron, dict(self.megatron_shapes)
+        if with_scales:
+            pieces = pieces + _scale_pieces(self.megatron, set(self.fp8_megatron), self.block_shape)
+            shapes.update(self._scale_shapes(self.megatron_shapes, self.fp8_megatron))
+        return disassemble(pieces, tensors, shapes)
 
     # -- wire (HF) -> rollout (vLLM, per rank) -------------------------------------------------------------
     def vllm_param_shapes(self, rank: int = 0) -> dict[str, tuple]:
@@ -133,5 +138,5 @@ class LayoutMap:
 
 
 __all__ = ["FUSIONS", "ROW_PARALLEL", "engine_module", "LayoutError", "LayoutMap", "Piece", "assemble", "disassemble",
-           "dst_view", "is_scale_name", "rank_name", "scale_name", "split_rank_name", "src_view", "vllm_module",
+           "dst_view", "is_scale_name", "rank_name", "scale_name", "split_layer", "split_rank_name", "src_view", "vllm_module",
            "weight_of_scale"]

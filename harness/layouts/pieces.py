@@ -90,12 +90,20 @@ def disassemble(pieces, dests, src_shapes: dict[str, tuple], errors: dict[str, s
         if p.dst not in dests:
             why = f"tensor {p.dst!r} is missing (holds {p.src!r})"
         else:
-            d = dst_view(dests[p.dst], p)
-            if p.src not in out:
-                out[p.src] = torch.zeros(src_shapes[p.src], dtype=d.dtype)
-            v = src_view(out[p.src], p)
-            if d.shape != v.shape or d.dtype != v.dtype:
-                why = f"{p.dst} slice has shape {tuple(d.shape)} {d.dtype}, expected {tuple(v.shape)} {v.dtype}"
+            whole = dests[p.dst]
+            try:
+                d = dst_view(whole, p)
+            except (IndexError, RuntimeError):     # e.g. a scalar where a matrix belongs
+                d = None
+            if d is None or d.dim() == 0:
+                why = f"{p.dst} has shape {list(whole.shape)}, which holds no rows {p.dst_row}:{p.dst_row + p.rows}" + \
+                      (f" of slot {p.dst_index}" if p.dst_index is not None else "")
+            else:
+                if p.src not in out:
+                    out[p.src] = torch.zeros(src_shapes[p.src], dtype=d.dtype)
+                v = src_view(out[p.src], p)
+                if d.shape != v.shape or d.dtype != v.dtype:
+                    why = f"{p.dst} slice has shape {tuple(d.shape)} {d.dtype}, expected {tuple(v.shape)} {v.dtype}"
         if why is None:
             v.copy_(d)
         elif errors is None:

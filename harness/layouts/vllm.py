@@ -36,7 +36,7 @@ def engine_module(param_name: str) -> str:
     return param_name.rsplit(".", 1)[0]
 
 
-def _split_module(module: str):
+def split_layer(module: str):
     """model.layers.3.mlp.gate_proj -> ("model.layers.3.", "mlp.gate_proj"); non-layer names -> ("", name)."""
     parts = module.split(".")
     if len(parts) > 3 and parts[0] == "model" and parts[1] == "layers":
@@ -46,7 +46,7 @@ def _split_module(module: str):
 
 def vllm_module(spec: ModelSpec, hf_module: str) -> tuple[str, object]:
     """HF module name -> (vLLM module name, shard id or expert id)."""
-    prefix, local = _split_module(hf_module)
+    prefix, local = split_layer(hf_module)
     for fused, members in FUSIONS:
         for member, shard in members:
             if local == member:
@@ -102,7 +102,7 @@ def vllm_pieces(spec: ModelSpec, tp: int = 1, rank: int = 0) -> tuple[list[Piece
             fused_rows[dst] = off + rn
             shapes[dst] = (off + rn, t.shape[1])
             continue
-        local = _split_module(module)[1]
+        local = split_layer(module)[1]
         if t.kind == LINEAR and local in ROW_PARALLEL:
             c0, cn = _shard_rows(t.shape[1], tp, rank, t.name)
             pieces.append(Piece(t.name, dst, 0, 0, t.shape[0], c0, cn))

@@ -1,8 +1,10 @@
-"""Snapshot: a read-only view of one engine's numeric state (name -> tensor, possibly lazy) plus metadata."""
+"""Snapshot: a read-only view of one engine's numeric state (name -> tensor, possibly lazy) plus its typed
+record (harness.record: EngineRecord for the rollout, TrainerRecord for the trainer, PayloadMeta for the wire;
+None for the masters)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -11,7 +13,7 @@ import torch
 class Snapshot:
     role: str                                   # trainer | rollout | payload | master
     tensors: Mapping[str, torch.Tensor]
-    meta: dict = field(default_factory=dict)
+    meta: object = None
 
     def __contains__(self, name: str) -> bool:
         return name in self.tensors

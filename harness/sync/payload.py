@@ -36,11 +36,25 @@ def tensor_bytes(t: torch.Tensor) -> bytes:
 
 
 def tensor_digest(t: torch.Tensor) -> str:
-    """blake2b-128 over dtype, shape and the raw bytes: equal digests <=> equal bits."""
+    """The wire digest of a tensor, algorithm-tagged: `b2:` blake2b-128 over dtype, shape and the raw bytes for a
+    host tensor; `fx:` the streaming state digest (harness.digest) for a device tensor, computed where it lives.
+    Equal digests <=> equal bits (up to a 2^-128 collision)."""
+    if t.device.type != "cpu":
+        from ..digest import state_digest
+        return state_digest(t)
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{dtype_name(t.dtype)}{tuple(t.shape)}".encode())
     h.update(tensor_bytes(t))
-    return h.hexdigest()
+    return "b2:" + h.hexdigest()
+
+
+def digest_matches(t: torch.Tensor, digest: str) -> bool:
+    """Does `t` have this wire digest? The record names the algorithm; a receiver on another device computes it
+    the same way (a `fx:` digest is device-independent; a `b2:` one needs the bytes on the host)."""
+    if digest.startswith("fx:"):
+        from ..digest import state_digest
+        return state_digest(t) == digest
+    return tensor_digest(t.cpu() if t.device.type != "cpu" else t) == digest
 
 
 _DIGESTS: dict = {}
@@ -62,8 +76,8 @@ class TensorRecord:
     name: str
     role: str
     dtype: str
-    shape: tuple
-    block_shape: tuple | None
+    shape: tuple[int, ...]
+    block_shape: tuple[int, ...] | None
     version: int
     digest: str
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .payload import Payload, PayloadError, TensorRecord, parse_dtype, tensor_bytes, tensor_digest
+from .payload import Payload, PayloadError, TensorRecord, digest_matches, parse_dtype, tensor_bytes
 
 MAGIC = b"FP8B"
 
@@ -39,8 +39,7 @@ class ReceiveReport:
 
     def to_json(self) -> dict:
         return {"buckets": self.buckets, "expected_buckets": self.expected_buckets, "sequence": self.sequence,
-                "in_order": self.in_order, "complete": self.complete, "decode_errors": self.decode_errors,
-                "digest_mismatch": self.digest_mismatch, "dropped": self.dropped}
+                "decode_errors": self.decode_errors, "digest_mismatch": self.digest_mismatch, "dropped": self.dropped}
 
 
 def pack(payload: Payload, bucket_bytes: int) -> list[bytes]:
@@ -100,11 +99,10 @@ def unpack(buckets: list[bytes], verify_digests: bool = True) -> tuple[Payload, 
                 continue
             t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(parse_dtype(rec.dtype)).reshape(rec.shape) \
                 if raw else torch.empty(rec.shape, dtype=parse_dtype(rec.dtype))
-            if verify_digests and tensor_digest(t) != rec.digest:
+            if not digest_matches(t, rec.digest):
                 rep.digest_mismatch.append(rec.name)
-                rep.dropped.append(rec.name)
-                continue
-            if not verify_digests and tensor_digest(t) != rec.digest:
-                rep.digest_mismatch.append(rec.name)
+                if verify_digests:
+                    rep.dropped.append(rec.name)
+                    continue
             tensors[rec.name] = t
     return Payload(records, tensors, version), rep

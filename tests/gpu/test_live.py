@@ -5,7 +5,7 @@ import pytest
 from e2e.live import ALL_LIVE_FAULTS, DESTRUCTIVE, LiveSession
 from faults import FAULTS
 from faults.base import with_rollout
-from faults.matrix import clean_config
+from harness.config import recommended_config
 from harness.engines.digest import SEEDS
 
 from .conftest import record
@@ -24,7 +24,7 @@ def session(trainer, engine, workdir, cfg, ignored_layers=None) -> LiveSession:
 
 @pytest.mark.parametrize("model", ["tiny-dense", "tiny-moe"])
 def test_live_clean_syncs_hold_every_invariant(trainer, engine, workdir, model):
-    s = session(trainer, engine, workdir, clean_config(model, "blockwise-fp32"))
+    s = session(trainer, engine, workdir, recommended_config(model, "blockwise-fp32"))
     outs = []
     for _ in range(2):
         s.step()
@@ -36,14 +36,14 @@ def test_live_clean_syncs_hold_every_invariant(trainer, engine, workdir, model):
 
 
 def test_live_naive_bf16_sync_trips_s2(trainer, engine, workdir):
-    s = session(trainer, engine, workdir, clean_config("tiny-dense", "blockwise-fp32"))
+    s = session(trainer, engine, workdir, recommended_config("tiny-dense", "blockwise-fp32"))
     o = s.sync("naive", naive=True, probes=True)
     record("live_naive", outcome=o.to_json())
     assert {"S2", "S3", "S4"} & set(o.fired), o.to_json()
 
 
 def test_live_fp32_scales_through_vllm_default_e8m0_trip_s3(trainer, engine, workdir):
-    base = clean_config("tiny-dense", "blockwise-fp32")
+    base = recommended_config("tiny-dense", "blockwise-fp32")
     cfg = with_rollout(deep_gemm_e8m0=True)(base)     # vLLM 0.26's Hopper default
     s = session(trainer, engine, workdir, cfg)
     s.step()
@@ -53,7 +53,7 @@ def test_live_fp32_scales_through_vllm_default_e8m0_trip_s3(trainer, engine, wor
 
 
 def test_checks_never_change_engine_state(trainer, engine, workdir):
-    s = session(trainer, engine, workdir, clean_config("tiny-dense", "blockwise-fp32"))
+    s = session(trainer, engine, workdir, recommended_config("tiny-dense", "blockwise-fp32"))
     s.sync("before")
     ray = s.ray
     d0 = ray.get(s.rollout.device_digests.remote(SEEDS))
@@ -76,7 +76,7 @@ def test_checks_never_change_engine_state(trainer, engine, workdir):
 @pytest.mark.parametrize("fault", ALL_LIVE_FAULTS)
 def test_live_fault_is_caught(trainer, engine, workdir, fault):
     f = FAULTS[fault]
-    cfg = clean_config("tiny-moe" if fault == "experts_permuted" else "tiny-dense", "blockwise-fp32")
+    cfg = recommended_config("tiny-moe" if fault == "experts_permuted" else "tiny-dense", "blockwise-fp32")
     if not f.applies(cfg):
         pytest.skip(f"{fault} does not apply to {cfg.model}")
     s = session(trainer, engine, workdir, cfg)
@@ -100,7 +100,7 @@ def test_direct_load_weights_path(trainer, engine, workdir):
     Measured on vLLM 0.26: after startup's post-load it refuses at the first FP8 linear (AttributeError, no
     weight loader), leaving the rest of the engine on old bytes; S1 must fire, the CPU reference must land in
     the same state (tests/test_live_driver_cpu.py), and a reload must bring the engine back to green."""
-    s = session(trainer, engine, workdir, clean_config("tiny-dense", "blockwise-fp32"))
+    s = session(trainer, engine, workdir, recommended_config("tiny-dense", "blockwise-fp32"))
     before = s.sync("reload path before")
     o = s.sync("direct load_weights", direct=True)
     again = s.sync("reload path after")

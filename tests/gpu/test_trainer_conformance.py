@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.formats.bytes import as_bytes
-from faults.matrix import clean_config
+from harness.config import recommended_config
 from harness.engines.cpu.trainer import ReferenceTrainer
 
 from .conftest import record
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
                                                      ("tiny-dense", "blockwise-fp32", True),
                                                      ("tiny-moe", "blockwise-fp32", False)])
 def test_megatron_fp8_weights_match_reference(ray_session, trainer, model, recipe, fp8_param):
-    cfg = clean_config(model, recipe)
+    cfg = recommended_config(model, recipe)
     cfg = replace(cfg, trainer=replace(cfg.trainer, fp8_param=fp8_param))
     a = trainer(cfg)
     step = ray_session.get(a.step.remote())

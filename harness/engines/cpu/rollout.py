@@ -21,26 +21,23 @@ currently bound to the parameter name.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
 
 from ...config import SyncConfig, matches_any
-from ...formats.bytes import as_bytes
-from ..vllm_numerics import post_load_requant, vllm_online_quant
+from ...digest import state_digest
+from ...formats.bytes import poison_
 from ...layouts import (Piece, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
                         weight_of_scale)
 from ...models import LINEAR
+from ...numerics import TRANSFORMS
+from ...numerics.forward import Weights, act_quant, token_logprobs
+from ...record import EngineRecord, Generation, UpdateRecord
+from ..protocol import EngineError
 from ..versions import served_versions, versions_meta
-from .forward import Weights, token_logprobs, vllm_act_quant
-
-SENTINEL = 0xFF           # poison / uninitialised byte: NaN in e4m3fn, bf16 and fp32 alike
-
-
-class EngineError(RuntimeError):
-    """The engine refused an operation (vLLM raises here too)."""
-
+from ..vllm_numerics import declared_act_quant, declared_post_load, vllm_online_quant
 
 _INIT_CACHE: dict = {}
 
@@ -52,38 +49,14 @@ def _dummy(shape: tuple, dtype: torch.dtype, seed: int) -> torch.Tensor:
     return torch.empty(shape, dtype=dt).uniform_(-1e-3, 1e-3, generator=g).to(dtype)
 
 
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def is_sentinel(t: torch.Tensor) -> torch.Tensor:
-    """Elementwise: every byte of the element is the poison byte (all bits set)."""
-    b = as_bytes(t)
-    if t.element_size() == 1:
-        return (b == SENTINEL).reshape(t.shape)
-    return (b.view(_INT_OF_SIZE[t.element_size()]) == -1).reshape(t.shape)
-
-
-@dataclass
-class UpdateRecord:
-    version: int | None
-    post_process: Counter = field(default_factory=Counter)     # module -> runs in this update
-    loaded_elems: Counter = field(default_factory=Counter)     # module -> elements written
-    completed: list = field(default_factory=list)
-    untouched: list = field(default_factory=list)
-    partial: list = field(default_factory=list)
-    dropped_loads: list = field(default_factory=list)
-    errors: list = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {"version": self.version, "post_process": dict(self.post_process), "completed": self.completed,
-                "untouched": self.untouched, "partial": self.partial, "dropped_loads": self.dropped_loads,
-                "errors": self.errors}
-
-
 class ReferenceRollout:
     engine = "cpu-reference-vllm"
+    knobs = frozenset(("post_process_repeats", "detach_on_install", "generate_during_update"))
+    DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None}
 
-    def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234):
+    def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234, shard_rank=None):
+        """`ignored_layers`: the engine's own exclusion list (default: the config's). `shard_rank(name, rank)`:
+        which rank's shard a checkpoint tensor is narrowed to on `rank` (default: its own; a fault breaks it)."""
         self.config = config
         self.layout = config.layout
         self.recipe = config.recipe
@@ -91,12 +64,12 @@ class ReferenceRollout:
         self.ignored_layers = tuple(config.ignored_layers if ignored_layers is None else ignored_layers)
         self.online_quant = config.sync_mode == "naive"     # BF16 checkpoint, quantized by the engine
         self.fp8_modules = self._quantized_modules()
-        # fault hooks (faults.postload / faults.version set these; a clean engine never does)
-        self.post_process_repeats = 1
-        self.detach_on_install = False
-        self.allow_generate_during_update = False
-        self.on_load = None                                  # callback(name) during an update
+        self._knobs = dict(self.DEFAULT_KNOBS)              # engine-stage faults set these for one install
+        self._shard_rank = shard_rank or (lambda name, rank: rank)
+        self.poisoned = False
         self.params: list[dict[str, torch.Tensor]] = [self._create(r) for r in range(self.tp)]
+        self.post_load = declared_post_load(config, [(r, n, tuple(t.shape)) for r, ps in enumerate(self.params)
+                                                     for n, t in ps.items() if self.is_fp8_param(n)])
         self._graph = [dict(p) for p in self.params]         # what captured CUDA graphs hold
         self.ptrs_at_start = self._ptrs()
         self.versions: list[dict[str, set]] = [defaultdict(set) for _ in range(self.tp)]
@@ -159,7 +132,7 @@ class ReferenceRollout:
         """Dummy load + first post-processing. Deterministic in the engine's settings, so memoized (the fault
         matrix builds hundreds of engines); the tensors are copied in, never shared."""
         key = (self.config.model, self.recipe, self.tp, self.fp8_modules, self.online_quant,
-               self.config.requant_ue8m0, self.config.rollout.moe_backend, seed)
+               tuple(self.post_load.params), seed)
         init = _INIT_CACHE.get(key)
         if init is None:
             self._init_dummy(seed)
@@ -185,28 +158,30 @@ class ReferenceRollout:
         return {rank_name(n, r, self.tp): t.data_ptr() for r, ps in enumerate(self.params) for n, t in ps.items()}
 
     # -- post-load processing ------------------------------------------------------------------------------------
-    def _post_process(self, module: str, staged: dict[str, torch.Tensor], record: UpdateRecord | None,
-                      key: str | None = None):
-        """One module's `process_weights_after_loading`: checkpoint format -> kernel format (in `staged`).
-        `key`: the module's per-rank name in the update record."""
-        for _ in range(self.post_process_repeats):
+    def _post_process(self, rank: int, module: str, staged: dict[str, torch.Tensor], record: UpdateRecord | None):
+        """One module's `process_weights_after_loading`: checkpoint format -> kernel format (in `staged`)."""
+        key = rank_name(module, rank, self.tp)
+        repeats = self._knobs["post_process_repeats"] if record is not None else 1
+        for _ in range(repeats):
             if record is not None:
-                record.post_process[key or module] += 1
+                record.post_process[key] = record.post_process.get(key, 0) + 1
             if module not in self.fp8_modules:
                 continue
             wname = next(n for n in staged if not is_scale_name(n))
+            sname = scale_name(wname)
             if self.online_quant and staged[wname].dtype == torch.bfloat16:
                 q, s = vllm_online_quant(staged[wname], self.recipe)
-                staged[wname], staged[scale_name(wname)] = q, s.to(self.recipe.scale_dtype)
+                staged[wname], staged[sname] = q, s.to(self.recipe.scale_dtype)
                 continue
-            staged[wname], staged[scale_name(wname)] = post_load_requant(
-                self.config, wname, staged[wname], staged[scale_name(wname)])
+            if rank_name(wname, rank, self.tp) in self.post_load.params:
+                staged[wname], staged[sname] = TRANSFORMS[self.post_load.kind](
+                    staged[wname], staged[sname], tuple(self.post_load.block_shape))
 
     def _post_process_all(self):
         for r, params in enumerate(self.params):
             for mod, names in self._modules(r).items():
                 staged = {n: params[n].clone() for n in names}
-                self._post_process(mod, staged, None)
+                self._post_process(r, mod, staged, None)
                 for n in names:
                     params[n].copy_(staged[n])
 
@@ -219,12 +194,13 @@ class ReferenceRollout:
     # -- loading -------------------------------------------------------------------------------------------------
     def _pieces_for(self, name: str, rank: int, rec: UpdateRecord) -> list[Piece]:
         """Where a checkpoint tensor goes on one rank; an unknown name is refused, as vLLM's loader does."""
+        src_rank = self._shard_rank(name, rank)
         if is_scale_name(name):
             w = weight_of_scale(name)
             bn, bk = self.recipe.block_shape
-            pieces = [p.scaled(bn, bk, name, scale_name(p.dst)) for p in self.layout.vllm[rank] if p.src == w]
+            pieces = [p.scaled(bn, bk, name, scale_name(p.dst)) for p in self.layout.vllm[src_rank] if p.src == w]
         else:
-            pieces = [p for p in self.layout.vllm[rank] if p.src == name]
+            pieces = [p for p in self.layout.vllm[src_rank] if p.src == name]
         if not pieces or any(p.dst not in self.params[rank] for p in pieces):
             rec.errors.append(f"There is no module or parameter named '{name}' in the model")
             raise EngineError(rec.errors[-1])
@@ -233,21 +209,32 @@ class ReferenceRollout:
     def _checkpoint_buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
         """A fresh checkpoint-format buffer (uninitialised: poison bytes). Online quant loads BF16 weights."""
         dtype = torch.bfloat16 if (self.online_quant and self.is_fp8_param(name)) else like.dtype
-        t = torch.empty(like.shape, dtype=dtype)
-        t.view(torch.uint8).fill_(SENTINEL)
-        return t
+        return poison_(torch.empty(like.shape, dtype=dtype))
 
-    def reload_weights(self, weights, version: int | None = None, direct: bool = False):
-        """vLLM's layerwise reload. `weights`: iterable of (name, tensor[, version]). direct=True (or
+    @contextmanager
+    def _with_knobs(self, knobs: dict | None):
+        unknown = set(knobs or {}) - self.knobs
+        if unknown:
+            raise EngineError(f"{self.engine} cannot inject {sorted(unknown)} (supports {sorted(self.knobs)})")
+        self._knobs = {**self.DEFAULT_KNOBS, **(knobs or {})}
+        try:
+            yield
+        finally:
+            self._knobs = dict(self.DEFAULT_KNOBS)
+
+    def install(self, items, version: int | None = None, *, direct: bool = False, knobs: dict | None = None):
+        """vLLM's layerwise reload. `items`: iterable of (name, tensor[, version]). direct=True (or
         rollout.install=load_weights): the model's own load_weights instead, as some RL stacks call it."""
         rec = UpdateRecord(version)
         self.updates.append(rec)
+        self.generations = []                # the record reports generations since this update began
         self._updating = True
         try:
-            if direct or self.config.rollout.install == "load_weights":
-                self._load_direct(weights, rec)
-            else:
-                self._reload(weights, rec)
+            with self._with_knobs(knobs):
+                if direct or self.config.rollout.install == "load_weights":
+                    self._load_direct(items, rec)
+                else:
+                    self._reload(items, rec)
         finally:
             self._updating = False
         return rec
@@ -289,11 +276,11 @@ class ReferenceRollout:
         written = [Counter() for _ in range(self.tp)]
         done = [set() for _ in range(self.tp)]
         new_versions = [defaultdict(set) for _ in range(self.tp)]
-        for item in weights:
+        for loads, item in enumerate(weights, 1):
             name, tensor = item[0], item[1]
             ver = item[2] if len(item) > 2 else rec.version
-            if self.on_load is not None:
-                self.on_load(self, name)
+            if loads == self._knobs["generate_during_update"]:   # a scheduler that was not paused
+                self._serve_generation([[1, 2, 3, 4]])
             for r in range(self.tp):
                 for p in self._pieces_for(name, r, rec):
                     mod = self.param_module(p.dst)
@@ -323,9 +310,9 @@ class ReferenceRollout:
         rec.completed = sorted(rec.completed)
 
     def _finish(self, rank: int, mod: str, staged: dict[str, torch.Tensor], rec: UpdateRecord):
-        self._post_process(mod, staged, rec, rank_name(mod, rank, self.tp))
+        self._post_process(rank, mod, staged, rec)
         for n, t in staged.items():
-            if self.detach_on_install:                   # a write into a fresh tensor, not the captured storage
+            if self._knobs["detach_on_install"]:                   # a write into a fresh tensor, not the captured storage
                 self.params[rank][n] = t.to(self.params[rank][n].dtype).clone()
             else:
                 self.params[rank][n].copy_(t)
@@ -334,7 +321,19 @@ class ReferenceRollout:
         """Test mode before a sync: every destination byte set to the sentinel (S1 proves none survives)."""
         for params in self.params:
             for t in params.values():
-                t.reshape(-1).view(torch.uint8).fill_(SENTINEL)
+                poison_(t)
+        self.poisoned = True
+
+    def quantize_online(self, items):
+        """Naive sync: BF16 weights quantized by the engine's own formula (verl's and SkyRL's sender use it)."""
+        out = []
+        for n, t, v in items:
+            if n in self.config.fp8_tensors:
+                q, s = vllm_online_quant(t, self.recipe)
+                out += [(n, q, v), (scale_name(n), s, v)]
+            else:
+                out.append((n, t, v))
+        return out
 
     # -- serving ---------------------------------------------------------------------------------------------------
     def hf_weights(self, tensors: list[dict[str, torch.Tensor]] | None = None) -> Weights:
@@ -350,33 +349,43 @@ class ReferenceRollout:
             deq.append(d)
         hf = self.layout.vllm_to_hf(self.layout.ranks_to_params(deq), with_scales=False)
         fp8 = frozenset(p.src for p in self.layout.vllm[0] if self.param_module(p.dst) in self.fp8_modules)
-        return Weights(hf, fp8, vllm_act_quant(self.recipe, ue8m0=self.config.requant_ue8m0))
+        return Weights(hf, fp8, act_quant(declared_act_quant(self.config), self.recipe))
 
-    def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
-        """Teacher-forced log-probs of the prompts' tokens, as the sampler scores them."""
-        if self._updating and not self.allow_generate_during_update:
-            raise EngineError("generation requested while a weight update is in progress")
-        self.generations.append({"during_update": self._updating, "versions": served_versions(self.versions)})
+    def _serve_generation(self, prompts):
+        self.generations.append(Generation(self._updating, served_versions(self.versions)))
         W = self.hf_weights()
         return [token_logprobs(self.config.spec, W, p) for p in prompts]
 
-    # -- snapshot ---------------------------------------------------------------------------------------------------
-    def kernel_tensors(self) -> dict[str, torch.Tensor]:
-        """What the kernels read (the captured storage), under vLLM names (tp-prefixed when sharded)."""
-        return {rank_name(n, r, self.tp): t.detach().clone() for r, ps in enumerate(self._graph) for n, t in ps.items()}
+    def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
+        """Teacher-forced log-probs of the prompts' tokens, as the sampler scores them."""
+        if self._updating:
+            raise EngineError("generation requested while a weight update is in progress")
+        return self._serve_generation(prompts)
 
-    def metadata(self) -> dict:
+    # -- snapshot ---------------------------------------------------------------------------------------------------
+    def kernel_tensors(self, names=None) -> dict[str, torch.Tensor]:
+        """What the kernels read (the captured storage), under vLLM names (tp-prefixed when sharded)."""
+        out = {}
+        for r, ps in enumerate(self._graph):
+            for n, t in ps.items():
+                k = rank_name(n, r, self.tp)
+                if names is None or k in names:
+                    out[k] = t.detach().clone()
+        return out
+
+    def state_digests(self) -> dict[str, str]:
+        return {rank_name(n, r, self.tp): state_digest(t) for r, ps in enumerate(self._graph) for n, t in ps.items()}
+
+    def record(self) -> EngineRecord:
         ptrs = self._ptrs()
-        return {
-            "engine": self.engine, "tp_size": self.tp, "ignored_layers": list(self.ignored_layers),
-            "fp8_modules": sorted(self.fp8_modules), "online_quant": self.online_quant,
-            "settings": {"use_deep_gemm": self.config.rollout.use_deep_gemm,
-                         "deep_gemm_e8m0": self.config.requant_ue8m0,
-                         "moe_backend": self.config.rollout.moe_backend},
-            "param_dtypes": {rank_name(n, r, self.tp): str(t.dtype).removeprefix("torch.")
-                             for r, ps in enumerate(self.params) for n, t in ps.items()},
-            "storage_moved": sorted(n for n in ptrs if ptrs[n] != self.ptrs_at_start.get(n)),
-            "versions": versions_meta(self.versions, self.tp),
-            "updates": [u.to_json() for u in self.updates],
-            "generations": list(self.generations),
-        }
+        return EngineRecord(
+            engine=self.engine, tp_size=self.tp, ignored_layers=list(self.ignored_layers),
+            fp8_modules=sorted(self.fp8_modules), online_quant=self.online_quant,
+            settings={"use_deep_gemm": self.config.rollout.use_deep_gemm, "deep_gemm_e8m0": self.config.requant_ue8m0,
+                      "moe_backend": self.config.rollout.moe_backend},
+            param_dtypes={rank_name(n, r, self.tp): str(t.dtype).removeprefix("torch.")
+                          for r, ps in enumerate(self.params) for n, t in ps.items()},
+            storage_moved=sorted(n for n in ptrs if ptrs[n] != self.ptrs_at_start.get(n)),
+            versions=versions_meta(self.versions, self.tp), updates=list(self.updates),
+            generations=list(self.generations), poisoned=self.poisoned, post_load=self.post_load,
+            act_quant=declared_act_quant(self.config))

@@ -15,13 +15,16 @@ from functools import lru_cache
 from ...config import SyncConfig
 from ...layouts import scale_name
 from ...models import get_model
-from .forward import Weights, dequantize_state, te_act_quant, token_logprobs
+from ...numerics.forward import Weights, act_quant, dequantize_state, token_logprobs
+from ...record import TrainerRecord
 
 
 # The reference trainer is deterministic in (model, seed, step): the fault matrix builds hundreds of them, so
 # masters and their FP8 images are memoized. Callers never mutate cached tensors in place.
 @lru_cache(maxsize=64)
-def _masters(model: str, seed: int, step: int) -> dict:
+def megatron_masters(model: str, seed: int, step: int) -> dict:
+    """The deterministic fp32 masters at `step` under Megatron names (the CPU reference and the Megatron/TE trainer
+    both hold exactly these)."""
     from ...layouts.megatron import megatron_pieces
     from ...layouts.pieces import disassemble
     spec = get_model(model)
@@ -30,7 +33,7 @@ def _masters(model: str, seed: int, step: int) -> dict:
         return {k: v.float() for k, v in disassemble(pieces, spec.init_weights(seed), shapes).items()}
     # elementwise only: a data-dependent reduction (a mean) rounds differently with the thread count, and the
     # GPU trainer worker must reproduce these masters bit for bit
-    prev = _masters(model, seed, step - 1)
+    prev = megatron_masters(model, seed, step - 1)
     g = torch.Generator().manual_seed(10_000 * (seed + 1) + step - 1)
     lr = 2e-3
     return {k: prev[k] + (lr * 10 * 0.05) * torch.randn(prev[k].shape, generator=g) for k in sorted(prev)}
@@ -38,7 +41,12 @@ def _masters(model: str, seed: int, step: int) -> dict:
 
 def masters_hf(config: SyncConfig, step: int) -> dict:
     """The fp32 masters at `step` under HF names (both trainers, CPU and Megatron/TE, hold exactly these)."""
-    return config.layout.megatron_to_hf(_masters(config.model, config.seed, step), with_scales=False)
+    return config.layout.megatron_to_hf(megatron_masters(config.model, config.seed, step), with_scales=False)
+
+
+def act_quant_kind(config: SyncConfig) -> str:
+    """Transformer Engine quantizes activations in 1x128 blocks with the weights' scale rule (MXFP8: 1x32)."""
+    return "mxfp8" if config.recipe.granularity == "mxfp8" else "te"
 
 
 _EXPORTS: dict = {}
@@ -46,7 +54,7 @@ _EXPORTS: dict = {}
 
 @lru_cache(maxsize=4096)
 def _quantized(model: str, seed: int, step: int, name: str, recipe, from_master: bool):
-    m = _masters(model, seed, step)[name]
+    m = megatron_masters(model, seed, step)[name]
     return recipe.quantize_weight(m if from_master else m.to(torch.bfloat16))
 
 
@@ -57,7 +65,7 @@ class ReferenceTrainer:
         self.config = config
         self.layout = config.layout
         self.step = 0
-        self.masters = dict(_masters(config.model, config.seed, 0))
+        self.masters = dict(megatron_masters(config.model, config.seed, 0))
         self._fp8_cache: dict | None = None
 
     # -- optimizer ----------------------------------------------------------------------------------------------
@@ -65,7 +73,7 @@ class ReferenceTrainer:
         """A deterministic update of every master (a stand-in gradient step, lr 2e-3 in `_masters`; what matters
         here is that every tensor, codes and scales, changes between versions)."""
         self.step += 1
-        self.masters = dict(_masters(self.config.model, self.config.seed, self.step))
+        self.masters = dict(megatron_masters(self.config.model, self.config.seed, self.step))
         self._fp8_cache = None
         return self.step
 
@@ -100,10 +108,13 @@ class ReferenceTrainer:
     def master_hf(self) -> dict[str, torch.Tensor]:
         return masters_hf(self.config, self.step)
 
+    def record(self) -> TrainerRecord:
+        return TrainerRecord(self.engine, self.step, self.config.trainer.fp8_param, act_quant_kind(self.config))
+
     def forward_weights(self) -> Weights:
         hf = self.export_hf()
         return Weights(dequantize_state(self.config.recipe, hf, self.config.fp8_tensors), self.config.fp8_tensors,
-                       te_act_quant(self.config.recipe))
+                       act_quant(act_quant_kind(self.config), self.config.recipe))
 
     def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
         W = self.forward_weights()

@@ -14,11 +14,11 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ...formats import Recipe, dequantize_mxfp8, quantize_blockwise, quantize_mxfp8
-from ...formats.blockwise import dequantize_blockwise
-from ...formats.cast import cast_to_fp8
-from ...layouts import is_scale_name, scale_name
-from ...models import ModelSpec
+from ..formats import Recipe, dequantize_mxfp8, quantize_blockwise, quantize_mxfp8
+from ..formats.blockwise import dequantize_blockwise
+from ..formats.cast import cast_to_fp8
+from ..layouts import is_scale_name, scale_name
+from ..models import ModelSpec
 
 ActQuant = Callable[[torch.Tensor], torch.Tensor]
 
@@ -48,6 +48,17 @@ def vllm_act_quant(recipe: Recipe, ue8m0: bool = False) -> ActQuant:
         codes = cast_to_fp8(xp / s, recipe.fp8_dtype)
         return (codes.float() * s).reshape(n, -1)[:, :k]
     return q
+
+
+def act_quant(kind: str, recipe: Recipe) -> ActQuant | None:
+    """The activation quantizer an engine declares (EngineRecord.act_quant / TrainerRecord.act_quant)."""
+    if kind == "none":
+        return None
+    if kind == "te":
+        return te_act_quant(recipe)
+    if kind in ("vllm", "vllm-ue8m0", "mxfp8"):
+        return vllm_act_quant(recipe, ue8m0=kind == "vllm-ue8m0")
+    raise ValueError(f"unknown activation quantizer {kind!r}")
 
 
 @dataclass

@@ -1,0 +1,94 @@
+"""The engine protocol: what the pipeline asks of a trainer and of a rollout engine (docs/design.md, "Engines").
+
+An engine is any object with these methods; the registry (harness.engines.registry) checks the surface when an
+engine registers. The pipeline talks to engines only through it, in process or through the remote wrapper
+(harness.engines.remote), so the CPU reference, vLLM, Megatron/TE and a user's own engine are interchangeable.
+
+Reads never change engine state; only `optimizer_step`, `poison` and `install` do.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Protocol, runtime_checkable
+
+import torch
+
+from ..record import EngineRecord, TrainerRecord, UpdateRecord
+
+# (name, tensor, version) as the pipeline hands them to `install`
+Item = tuple[str, torch.Tensor, int]
+
+# Engine-stage fault knobs an engine may support while running (Fault.knobs uses these names):
+#   post_process_repeats  int   how many times post-load processing runs per completed module (1 = correct)
+#   detach_on_install     bool  write loaded weights into new tensors instead of the captured storage
+#   generate_during_update int  serve one generation request after this many loads of an update
+KNOBS = ("post_process_repeats", "detach_on_install", "generate_during_update")
+
+
+class EngineError(RuntimeError):
+    """The engine refused an operation (a real engine raises here too); the checks judge the state it left."""
+
+
+@runtime_checkable
+class TrainerEngine(Protocol):
+    engine: str          # what it is, e.g. "megatron-core+transformer-engine"
+    step: int            # optimizer steps taken (the version a sync of its weights carries)
+
+    def optimizer_step(self) -> int: ...
+
+    def export_hf(self) -> dict[str, torch.Tensor]:
+        """The learner's FP8 forward weights in checkpoint (HF) names: codes + `weight_scale_inv` for FP8 GEMMs,
+        BF16 elsewhere. Exactly the bytes the learner's forward uses; a fresh dict."""
+
+    def master_hf(self) -> dict[str, torch.Tensor]:
+        """The high-precision masters in HF names (C1 re-derives the FP8 weights from them)."""
+
+    def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]: ...
+
+    def record(self) -> TrainerRecord: ...
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    engine: str
+    knobs: frozenset     # the KNOBS this engine can inject while running
+
+    def poison(self) -> None:
+        """Test mode before a sync: every destination byte set to the sentinel (S1 proves none survives)."""
+
+    def install(self, items: Iterable[Item], version: int | None, *, direct: bool = False,
+                knobs: dict | None = None) -> UpdateRecord:
+        """One weight update (checkpoint-format tensors); `direct`: the model's own load_weights instead of the
+        engine's reload path. Raises EngineError when the engine refuses (its state is then checked as left)."""
+
+    def quantize_online(self, items: list[Item]) -> list[Item]:
+        """The naive sync: BF16 weights quantized by the engine's own quantizer (FP8 weights gain a scale)."""
+
+    def state_digests(self) -> dict[str, str]:
+        """Rank-named parameter -> streaming state digest (harness.digest), computed where the tensors live."""
+
+    def kernel_tensors(self, names: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
+        """What the kernels read, rank-named, as host tensors (a parameter without bytes is left out)."""
+
+    def record(self) -> EngineRecord: ...
+
+    def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]: ...
+
+
+REQUIRED = {
+    "trainer": ("optimizer_step", "export_hf", "master_hf", "logprobs", "record"),
+    "rollout": ("poison", "install", "quantize_online", "state_digests", "kernel_tensors", "record",
+                "generate_logprobs"),
+}
+ATTRIBUTES = {"trainer": ("engine",), "rollout": ("engine", "knobs")}
+
+
+def missing_surface(kind: str, cls) -> list[str]:
+    """Protocol members a class lacks (methods must be callable; attributes may be set in __init__ and are
+    checked on instances only)."""
+    out = [m for m in REQUIRED[kind] if not callable(getattr(cls, m, None))]
+    if not isinstance(cls, type):
+        out += [a for a in ATTRIBUTES[kind] if not hasattr(cls, a)]
+    return out
+
+
+__all__ = ["ATTRIBUTES", "EngineError", "Item", "KNOBS", "REQUIRED", "RolloutEngine", "TrainerEngine", "missing_surface"]

@@ -1,0 +1,209 @@
+"""fp8check's vLLM worker extension: one engine argument makes any vLLM 0.26 engine checkable.
+
+    llm = vllm.LLM(model=..., quantization="fp8", worker_extension_cls=WORKER_EXTENSION)
+    llm.collective_rpc("fp8check_digests")      # one result per tensor-parallel rank
+
+vLLM mixes `worker_extension_cls` into its worker class (vllm/config/parallel.py, `worker_extension_cls`), so
+these methods run inside every worker process and `collective_rpc("name", args=...)` reaches them by name, with
+or without V1 multiprocessing. Results cross vLLM's RPC as plain data (tensors as dtype + shape + bytes, the same
+wire as harness.engines.remote), never as torch storages.
+
+Every method here only reads, except `fp8check_poison`, `fp8check_reload`, `fp8check_load_direct` (the sync
+itself, for fp8check's own engine) and `fp8check_instrument` (which wraps each layer's post-load hook with a
+counter; the wrapped hook runs exactly as before unless a fault knob asks otherwise). A user's job that installs
+weights its own way calls none of those: it reads digests, the record, and named tensors.
+
+What the kernels read: with CUDA graphs the captured graphs read the parameter storage that existed when they
+were captured, so the extension remembers each parameter's tensor at instrumentation time (`_fp8check_graph`)
+and reads those; a parameter rebound to new storage later is reported as moved (S7), and its new values are not
+what the graphs serve.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+WORKER_EXTENSION = "harness.engines.vllm_extension.FP8CheckWorkerExtension"
+
+
+def _encode(obj):
+    from .remote import encode
+    return encode(obj)
+
+
+def _decode(obj):
+    from .remote import decode
+    return decode(obj)
+
+
+class FP8CheckWorkerExtension:
+    """Mixed into vLLM's GPU worker (`self` is the worker: `self.model_runner`, `self.device`)."""
+
+    # -- state kept on the worker --------------------------------------------------------------------------------
+    def _fp8check(self) -> dict:
+        st = self.__dict__.get("_fp8check_state")
+        if st is None:
+            st = self.__dict__["_fp8check_state"] = {"calls": Counter(), "runs": Counter(), "repeats": 1,
+                                                     "graph": None, "ptrs": None, "layers": None}
+        return st
+
+    def _fp8check_model(self):
+        return self.model_runner.get_model()
+
+    def _fp8check_params(self) -> dict:
+        return dict(self._fp8check_model().named_parameters())
+
+    def _fp8check_layers(self) -> dict:
+        """Layer name -> module, for every module with parameters and a quantization method (the layers whose
+        post-load step a reload runs)."""
+        from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
+        return {n: m for n, m in self._fp8check_model().named_modules()
+                if isinstance(getattr(m, "quant_method", None), QuantizeMethodBase)
+                and any(True for _ in m.named_parameters(recurse=False))}
+
+    # -- setup ---------------------------------------------------------------------------------------------------
+    def fp8check_instrument(self) -> list:
+        """Count, per layer, how often vLLM asks for process_weights_after_loading and how often it runs; remember
+        the storage every parameter has now (what captured graphs read). Idempotent."""
+        st = self._fp8check()
+        for name, layer in self._fp8check_layers().items():
+            qm = layer.quant_method
+            if "_fp8check_orig" in qm.__dict__:
+                continue
+            orig = qm.process_weights_after_loading
+            qm.__dict__["_fp8check_orig"] = orig
+
+            def wrapped(lyr, _orig=orig, _name=name):
+                st["calls"][_name] += 1
+                for _ in range(st["repeats"]):
+                    st["runs"][_name] += 1
+                    _orig(lyr)
+            qm.process_weights_after_loading = wrapped
+        if st["graph"] is None:
+            ps = self._fp8check_params()
+            st["graph"] = {n: p.data for n, p in ps.items() if not p.is_meta}
+            st["ptrs"] = {n: p.data_ptr() for n, p in ps.items() if not p.is_meta}
+        st["layers"] = sorted(self._fp8check_layers())
+        return st["layers"]
+
+    def fp8check_reset_counts(self, repeats: int = 1) -> bool:
+        st = self._fp8check()
+        st["calls"].clear()
+        st["runs"].clear()
+        st["repeats"] = int(repeats)
+        return True
+
+    def fp8check_counts(self) -> tuple:
+        st = self._fp8check()
+        return dict(st["calls"]), dict(st["runs"])
+
+    # -- reads (never mutate) -------------------------------------------------------------------------------------
+    def _fp8check_kernel_view(self, cuda_graphs: bool) -> dict:
+        """Parameter name -> the tensor the kernels read: the captured storage under CUDA graphs, the current
+        parameter otherwise (a parameter left on the meta device maps to None)."""
+        ps = self._fp8check_params()
+        graph = self._fp8check()["graph"] or {}
+        out = {}
+        for n, p in ps.items():
+            if p.is_meta:
+                out[n] = None
+            elif cuda_graphs and n in graph:
+                out[n] = graph[n]
+            else:
+                out[n] = p.data
+        return out
+
+    def fp8check_info(self) -> dict:
+        st = self._fp8check()
+        ptrs0 = st["ptrs"] or {}
+        return {n: {"shape": list(p.shape), "dtype": str(p.dtype).removeprefix("torch."),
+                    "ptr": None if p.is_meta else p.data_ptr(), "meta": p.is_meta,
+                    "moved": (not p.is_meta) and n in ptrs0 and p.data_ptr() != ptrs0[n]}
+                for n, p in self._fp8check_params().items()}
+
+    def fp8check_read(self, names=None, cuda_graphs: bool = False):
+        """Named tensors as the kernels read them, copied to the host (encoded for the RPC)."""
+        view = self._fp8check_kernel_view(cuda_graphs)
+        return _encode({n: t.detach().to("cpu", copy=True) for n, t in view.items()
+                        if t is not None and (names is None or n in names)})
+
+    def fp8check_digests(self, cuda_graphs: bool = False) -> dict:
+        """Parameter -> streaming state digest, computed on the device (harness.digest)."""
+        from ..digest import state_digests
+        view = self._fp8check_kernel_view(cuda_graphs)
+        meta = {n for n, t in view.items() if t is None}
+        out = state_digests({n: t.detach() for n, t in view.items() if t is not None})
+        ps = self._fp8check_params()
+        for n in meta:
+            p = ps[n]
+            out[n] = f"meta:{str(p.dtype).removeprefix('torch.')}:{'x'.join(map(str, p.shape)) or 'scalar'}"
+        return out
+
+    def fp8check_kv_scales(self) -> dict:
+        """Attention layer -> its KV-cache scales as the kernels read them (floats; None where absent)."""
+        out = {}
+        for name, m in self._fp8check_model().named_modules():
+            if not hasattr(m, "kv_cache_dtype") or not hasattr(m, "_k_scale"):
+                continue
+            rec = {}
+            for key, attr in (("k", "_k_scale"), ("v", "_v_scale"), ("q", "_q_scale"), ("prob", "_prob_scale")):
+                t = getattr(m, attr, None)
+                rec[key] = float(t.detach().float().reshape(-1)[0]) if isinstance(t, torch.Tensor) and t.numel() \
+                    else None
+            rec["kv_cache_dtype"] = str(m.kv_cache_dtype)
+            out[name] = rec
+        return out
+
+    # -- the sync (fp8check's own engine only) ----------------------------------------------------------------------
+    def fp8check_poison(self) -> bool:
+        from ..formats.bytes import poison_
+        with torch.no_grad():
+            for t in self._fp8check_kernel_view(False).values():
+                if t is not None:
+                    poison_(t)
+        return True
+
+    def fp8check_reload(self, items, detach: bool = False) -> bool:
+        """vLLM's layerwise reload of checkpoint-format tensors (items encoded for the RPC). `detach` (a fault
+        knob): afterwards every parameter is rebound to a copy of its new values and its original storage gets
+        back the bytes it held before the install -- loaded weights in new tensors, graphs reading the old."""
+        items = _decode(items)
+        dev = next(iter(self._fp8check_params().values())).device
+        before = None
+        if detach:
+            before = {n: p.data.clone() for n, p in self._fp8check_params().items() if not p.is_meta}
+        self.model_runner.reload_weights(weights_iterator=((n, t.to(dev)) for n, t in items), is_checkpoint_format=True)
+        if detach:
+            with torch.no_grad():
+                for n, p in self._fp8check_params().items():
+                    if n in before and not p.is_meta:
+                        new = p.data.clone()
+                        p.data.copy_(before[n])
+                        p.data = new
+        torch.cuda.synchronize()
+        return True
+
+    def fp8check_load_direct(self, items) -> list:
+        """The direct path (`model.load_weights`), as some RL stacks call it; vLLM 0.26 refuses it after the first
+        post-load for FP8 linears (their parameters lose their weight loaders)."""
+        items = _decode(items)
+        dev = next(iter(self._fp8check_params().values())).device
+        with torch.no_grad():
+            return sorted(self._fp8check_model().load_weights(iter([(n, t.to(dev)) for n, t in items])) or [])
+
+    def fp8check_quantize_online(self, items, block) -> object:
+        """Naive sync: the engine quantizes BF16 weights with vLLM's own block quantizer."""
+        from vllm.utils.deep_gemm import per_block_cast_to_fp8
+        from ..layouts import scale_name
+        out = []
+        for n, t, fp8 in _decode(items):
+            if fp8:
+                q, s = per_block_cast_to_fp8(t.cuda().float(), block_size=list(block), use_ue8m0=False)
+                out += [(n, q.cpu()), (scale_name(n), s.float().cpu())]
+            else:
+                out.append((n, t))
+        return _encode(out)
+
+
+__all__ = ["FP8CheckWorkerExtension", "WORKER_EXTENSION"]

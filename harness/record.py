@@ -1,0 +1,163 @@
+"""The typed records beside a snapshot's tensors: what an engine reports about itself after a sync (EngineRecord),
+what the learner reports (TrainerRecord), and what the wire carried (PayloadMeta).
+
+Every engine (the CPU reference, vLLM, a user's own engine) produces an EngineRecord; the pipeline adds what it
+measured (the sync version, install errors, the idempotence re-sync); the record is written into the snapshot
+manifest and validated against these dataclasses when it is read (harness.schema). Checks read fields.
+
+Conventions: parameter names are rank-named (`tp1:model.layers.0...` when the engine is tensor-parallel, see
+harness.layouts.rank_name); a field that is None was not measured (a check needing it reports unknown), an empty
+list was measured and found empty.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .schema import SchemaError, from_data, to_data
+from .sync.payload import TensorRecord
+from .sync.transport import ReceiveReport
+
+# declared post-load transforms (harness.numerics.transforms implements each kind)
+POST_LOAD_KINDS = ("identity", "ue8m0_requant")
+# declared activation quantizers of an engine's FP8 GEMMs (harness.numerics.forward implements each kind)
+ACT_QUANT_KINDS = ("te", "vllm", "vllm-ue8m0", "mxfp8", "none")
+
+
+@dataclass
+class UpdateRecord:
+    """One weight update as the engine saw it."""
+    version: int | None = None
+    post_process: dict[str, int] = field(default_factory=dict)   # module -> post-load runs in this update
+    completed: list[str] = field(default_factory=list)           # modules whose every element arrived
+    untouched: list[str] = field(default_factory=list)           # modules nobody wrote
+    partial: list[str] = field(default_factory=list)             # modules finished with unwritten rows
+    dropped_loads: list[str] = field(default_factory=list)       # loads after their module completed
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return to_data(self)
+
+
+@dataclass
+class Generation:
+    """A generation request the engine served: during an update, and which policy versions it read."""
+    during_update: bool = False
+    versions: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Resync:
+    """The idempotence probe: the same payload installed twice; `changed` names tensors whose bytes moved."""
+    changed: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class PostLoad:
+    """The engine's declared post-load transform: `kind` applied to exactly the rank-named FP8 parameters in
+    `params` (the checks apply what the engine declares; conformance tests prove the declaration)."""
+    kind: str = "identity"
+    params: list[str] = field(default_factory=list)
+    block_shape: list[int] = field(default_factory=lambda: [128, 128])
+
+    def __post_init__(self):
+        if self.kind not in POST_LOAD_KINDS:
+            raise SchemaError(f"post_load.kind {self.kind!r} is not one of {POST_LOAD_KINDS}")
+
+
+@dataclass
+class KVScale:
+    """One attention layer's KV-cache quantization scales as the kernels read them."""
+    k: float | None = None
+    v: float | None = None
+    q: float | None = None
+    prob: float | None = None
+
+
+@dataclass
+class ServingState:
+    """What the engine serves with beside the weights (issue: the engine as RL stacks run it)."""
+    cuda_graphs: bool = False
+    kv_cache_dtype: str = "auto"
+    kv_scales: dict[str, KVScale] | None = None        # attention layer -> scales (None: not read)
+    graph_buffers: dict[str, int] | None = None         # graph-visible tensor -> data_ptr at capture
+    graph_buffers_moved: list[str] | None = None        # graph-visible tensors whose storage moved since capture
+    sleep_level: int = 0                                # 0 awake; 1 / 2 asleep at that level
+    phase: str = ""                                     # boot | sync | wake: when this state was read
+
+
+@dataclass
+class EngineRecord:
+    """An engine's report about itself after a sync."""
+    engine: str
+    tp_size: int = 1
+    ignored_layers: list[str] | None = None          # quantization_config.ignored_layers (None: not reported)
+    fp8_modules: list[str] | None = None             # modules the engine quantized (None: not reported)
+    settings: dict[str, Any] = field(default_factory=dict)
+    param_dtypes: dict[str, str] = field(default_factory=dict)
+    storage_moved: list[str] | None = None           # parameters whose storage is not the one captured at start
+    unmaterialized: list[str] = field(default_factory=list)   # parameters left on the meta device
+    versions: dict[str, list[int]] | None = None     # parameter -> versions written into it
+    updates: list[UpdateRecord] = field(default_factory=list)
+    generations: list[Generation] = field(default_factory=list)   # served since the last update began
+    poisoned: bool = False                           # destinations were set to the sentinel before the sync
+    online_quant: bool = False                       # the engine quantizes BF16 weights itself (naive sync)
+    post_load: PostLoad = field(default_factory=PostLoad)
+    act_quant: str = "none"
+    serving: ServingState | None = None
+    # filled in by the pipeline
+    version: int | None = None                       # the version this sync installed
+    errors: list[str] = field(default_factory=list)  # the engine refused the install
+    resync: Resync | None = None
+
+    def __post_init__(self):
+        if self.act_quant not in ACT_QUANT_KINDS:
+            raise SchemaError(f"act_quant {self.act_quant!r} is not one of {ACT_QUANT_KINDS}")
+
+    @property
+    def last_update(self) -> UpdateRecord | None:
+        return self.updates[-1] if self.updates else None
+
+    def to_json(self) -> dict:
+        return to_data(self)
+
+    @classmethod
+    def from_json(cls, data, where: str = "rollout") -> "EngineRecord":
+        return from_data(cls, data, where)
+
+
+@dataclass
+class TrainerRecord:
+    """What the learner reports beside its FP8 forward weights."""
+    engine: str
+    version: int | None = None
+    fp8_param: bool = False
+    act_quant: str = "te"
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return to_data(self)
+
+    @classmethod
+    def from_json(cls, data, where: str = "trainer") -> "TrainerRecord":
+        return from_data(cls, data, where)
+
+
+@dataclass
+class PayloadMeta:
+    """What one sync carried: the ordered manifest and what the receiver made of the buckets."""
+    version: int
+    records: list[TensorRecord] = field(default_factory=list)
+    receive: ReceiveReport | None = None
+
+    def to_json(self) -> dict:
+        return to_data(self)
+
+    @classmethod
+    def from_json(cls, data, where: str = "payload") -> "PayloadMeta":
+        return from_data(cls, data, where)
+
+
+__all__ = ["ACT_QUANT_KINDS", "EngineRecord", "Generation", "KVScale", "POST_LOAD_KINDS", "PayloadMeta", "PostLoad",
+           "Resync", "SchemaError", "ServingState", "TrainerRecord", "UpdateRecord"]

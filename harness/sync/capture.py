@@ -1,0 +1,91 @@
+"""How the pipeline captures what the rollout engine holds after an install: a strategy, not a second driver.
+
+* `FullRead`: every kernel tensor is read to the host (the CPU reference, snapshots written to disk).
+* `DigestFirst`: every engine parameter's streaming state digest (computed where it lives) is compared with the
+  digest of what it must hold (`expected_engine_state`: the trainer's bytes through the layout map and the
+  engine's *declared* post-load transform); only mismatching parameters move to the host, the others are
+  represented by their expected values (bit-identical by the digest). This is what live checks use.
+
+Both return the same thing (a rank-named tensor mapping for the rollout snapshot, and how many parameters were
+fetched), and both give the idempotence probe a fingerprint of the engine state.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..digest import state_digest
+from ..formats.bytes import bits_equal
+from ..layouts import LayoutError, is_scale_name, rank_name, scale_name
+from ..numerics import apply_post_load
+
+
+def expected_engine_state(config, trainer_hf: dict, post_load) -> dict[str, torch.Tensor]:
+    """What every rollout parameter must hold after a correct sync of `trainer_hf`: the layout applied, then the
+    engine's declared post-load transform (vLLM names, rank-named when sharded)."""
+    out = {}
+    tp = config.rollout.tp_size
+    for r in range(tp):
+        params = config.layout.hf_to_vllm(trainer_hf, r)
+        for n, t in params.items():
+            if is_scale_name(n):
+                continue
+            key = rank_name(n, r, tp)
+            if scale_name(n) in params:
+                q, s, _ = apply_post_load(post_load, key, t, params[scale_name(n)])
+                out[key], out[rank_name(scale_name(n), r, tp)] = q, s
+            else:
+                out[key] = t.to(torch.bfloat16)
+    return out
+
+
+@dataclass
+class Captured:
+    tensors: dict            # rank-named -> tensor (host)
+    fetched: int             # parameters moved from the engine to the host
+    params: int              # parameters the engine holds
+    mismatching: list        # DigestFirst: parameters whose digest differed (first 20 kept by callers)
+
+
+class FullRead:
+    name = "full-read"
+
+    def capture(self, config, rollout, trainer_hf, record) -> Captured:
+        t = rollout.kernel_tensors()
+        return Captured(t, len(t), len(t), [])
+
+    def fingerprint(self, rollout) -> dict:
+        return rollout.kernel_tensors()
+
+    @staticmethod
+    def same(a, b) -> bool:
+        return b is not None and bits_equal(a, b)
+
+
+class DigestFirst:
+    name = "digest-first"
+
+    def capture(self, config, rollout, trainer_hf, record) -> Captured:
+        got = rollout.state_digests()
+        try:
+            expected = expected_engine_state(config, trainer_hf, record.post_load)
+        except (LayoutError, KeyError, ValueError, RuntimeError):
+            expected = {}               # the trainer's export does not fit the layout: read everything
+        mismatch = sorted(k for k in got if k not in expected or state_digest(expected[k]) != got[k])
+        fetched = rollout.kernel_tensors(mismatch) if mismatch else {}
+        # a mismatching parameter with no bytes (left on the meta device) stays out; the record names it (S1)
+        tensors = {k: fetched[k] if k in mismatch else expected[k] for k in got if k not in mismatch or k in fetched}
+        return Captured(tensors, len(fetched), len(got), mismatch)
+
+    def fingerprint(self, rollout) -> dict:
+        return rollout.state_digests()
+
+    @staticmethod
+    def same(a, b) -> bool:
+        return a == b
+
+
+CAPTURES = {"full-read": FullRead, "digest-first": DigestFirst}
+
+__all__ = ["CAPTURES", "Captured", "DigestFirst", "FullRead", "expected_engine_state"]

@@ -1,0 +1,218 @@
+"""The one road every sync takes (docs/design.md, "One road"):
+
+    export -> payload -> buckets -> poison -> install -> capture -> checks
+
+`run_sync` drives one weight sync from any trainer into any rollout engine (the engine protocol: in process or
+behind the remote wrapper), and is the only code that interprets a fault's stage. `fp8check faults`, `snapshot`,
+`bench`, `live`, `preflight --probe`, the end-to-end RL loop and users' `check_sync` all run through it; the one
+real difference between them, how the engine state is captured (full read vs digest-first), is a strategy
+(harness.sync.capture).
+
+Fault stages (a fault is any object with `stage`, `apply`, `params`, `setup`, and for the engine stage `knobs`):
+  config   (config) -> config                       a misconfigured job: engines are built from it (`fault_config`)
+  trainer  (config, trainer_hf, ctx) -> hf          the learner itself holds other bytes
+  payload  (config, payload, ctx) -> payload        sender / wire bugs (pure function over the payload)
+  buckets  (config, buckets) -> buckets             transport damage (pure function over bytes)
+  engine   knobs injected into a running engine for one install, or (config) -> engine built differently
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from ..config import SyncConfig
+from ..layouts import LayoutError
+from ..record import EngineRecord, PayloadMeta, Resync, TrainerRecord
+from ..snapshot.model import Snapshot
+from .capture import Captured, DigestFirst, FullRead
+from .payload import Payload, build_payload
+from .transport import ReceiveReport, pack, unpack
+
+STAGES = ("config", "trainer", "payload", "buckets", "engine")
+
+
+@dataclass
+class FaultContext:
+    """What a trainer or payload fault may read: the previous step's export, the masters, the learner's export,
+    and the learner's FP8 weights under Megatron names (all derived from data, never from an engine object)."""
+    config: SyncConfig
+    trainer_hf: dict
+    previous: dict | None = None
+    _master: object = None
+
+    def master_hf(self) -> dict:
+        if self._master is None:
+            raise LookupError("the trainer's masters are not available to this fault")
+        return self._master() if callable(self._master) else self._master
+
+    def megatron(self) -> dict:
+        """The learner's FP8 codes and scales (and high-precision tensors) under Megatron names."""
+        try:
+            return self.config.layout.hf_to_megatron(self.trainer_hf, with_scales=True)
+        except LayoutError as e:
+            raise LookupError(f"the export does not map back to Megatron names: {e}") from None
+
+
+@dataclass
+class SyncResult:
+    config: SyncConfig
+    version: int
+    sent: Payload
+    received: Payload
+    report: ReceiveReport
+    trainer: Snapshot
+    rollout: Snapshot
+    payload: Snapshot
+    master: Snapshot | None
+    errors: list = field(default_factory=list)
+    fetched: int = 0
+    params: int = 0
+    mismatching: list = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)
+    findings: list | None = None
+    probes: dict | None = None
+
+    def context(self, probe_bounds=None):
+        from invariants import CheckContext
+        return CheckContext(self.config, self.payload, self.trainer, self.rollout, self.master, self.probes,
+                            probe_bounds)
+
+    @property
+    def fired(self) -> list[str]:
+        return sorted({f.invariant_id for f in self.findings or [] if f.verdict == "fail"})
+
+    @property
+    def unknown(self) -> list[str]:
+        return sorted({f.invariant_id for f in self.findings or [] if f.verdict == "unknown"})
+
+
+def fault_config(config: SyncConfig, fault) -> SyncConfig:
+    """The configuration a sync under `fault` runs with: the environment the fault needs (`setup`), then a
+    config-stage fault's misconfiguration. Trainer, engines, payload and checks are all built from it."""
+    if fault is None:
+        return config
+    config = fault.setup(config)
+    if fault.stage == "config":
+        config = fault.apply(config, **fault.params)
+    return config
+
+
+def builds_engine(fault) -> bool:
+    """An engine-stage fault that needs an engine built differently (not knobs on a running one)."""
+    return fault is not None and fault.stage == "engine" and not fault.knobs
+
+
+def payload_snapshot(payload: Payload, report: ReceiveReport | None = None) -> Snapshot:
+    return Snapshot("payload", dict(payload.tensors), PayloadMeta(payload.version, list(payload.records), report))
+
+
+def install_items(received: Payload) -> list:
+    return [(r.name, received.tensors[r.name], r.version) for r in received.records if r.name in received.tensors]
+
+
+def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, previous: dict | None = None,
+             poison: bool = True, resync: bool = True, naive: bool = False, direct: bool = False,
+             master: bool = True, checks: bool = True, check_ids=None, probes: bool = False, probe_bounds=None,
+             prompts=None) -> SyncResult:
+    """One sync of the trainer's current weights into `rollout`, then the catalog.
+
+    `config`: as `fault_config` returned it (the engines were built from it). `previous`: the trainer's export
+    before its last step (faults that mix versions draw from it). `naive`: the failure mode the tool exists for
+    (the FP8 forward weight dequantized to BF16 and quantized again by the engine). `direct`: install through
+    the model's own load_weights. `capture`: FullRead (default) or DigestFirst."""
+    if fault is not None and fault.stage not in STAGES:
+        raise ValueError(f"fault {fault.name}: unknown stage {fault.stage!r}")
+    capture = capture or FullRead()
+    stage = fault.stage if fault is not None else None
+    params = fault.params if fault is not None else {}
+    t, errors = {}, []
+    t0 = time.perf_counter()
+    trecord: TrainerRecord = trainer.record()
+    version = trecord.version
+    trainer_hf = trainer.export_hf()
+    master_hf = trainer.master_hf() if master else None
+    t["export"] = time.perf_counter() - t0
+    fctx = FaultContext(config, trainer_hf, previous, master_hf if master else trainer.master_hf)
+    if stage == "trainer":                               # the learner itself holds these bytes
+        trainer_hf = fault.apply(config, dict(trainer_hf), fctx, **params)
+        fctx.trainer_hf = trainer_hf
+    wire_config = replace(config, sync_mode="naive") if naive else config
+    sent = build_payload(wire_config, trainer_hf, version)
+    if stage == "payload":
+        sent = fault.apply(config, sent, fctx, **params)
+    buckets = pack(sent, config.transport.bucket_bytes)
+    if stage == "buckets":
+        buckets = fault.apply(config, buckets, **params)
+    received, report = unpack(buckets, config.transport.verify_digests)
+    items = install_items(received)
+    if naive:
+        items = rollout.quantize_online(items)
+    knobs = dict(fault.knobs) if stage == "engine" and fault.knobs else None
+    t1 = time.perf_counter()
+    if poison:
+        rollout.poison()
+    try:
+        rollout.install(items, version, direct=direct, knobs=knobs)
+    except Exception as e:  # noqa: BLE001 - the engine refused; the checks judge the state it left
+        errors.append(f"install: {e}")
+    t["install"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    record: EngineRecord = rollout.record()
+    got: Captured = capture.capture(config, rollout, trainer_hf, record)
+    if resync and not errors:
+        # idempotence (S7): installing the same payload again must leave every kernel tensor unchanged
+        before = got.tensors if isinstance(capture, FullRead) else capture.fingerprint(rollout)
+        try:
+            rollout.install(items, version, direct=direct, knobs=knobs)
+            after = capture.fingerprint(rollout)
+            record.resync = Resync(sorted(n for n, v in before.items() if not capture.same(v, after.get(n))))
+        except Exception as e:  # noqa: BLE001
+            record.resync = Resync(error=str(e))
+    record.version, record.errors, record.poisoned = version, errors, poison
+    t["capture"] = time.perf_counter() - t2
+    res = SyncResult(config, version, sent, received, report,
+                     Snapshot("trainer", dict(trainer_hf), replace(trecord, fp8_param=config.trainer.fp8_param)),
+                     Snapshot("rollout", got.tensors, record), payload_snapshot(received, report),
+                     Snapshot("master", master_hf) if master_hf is not None else None, errors,
+                     got.fetched, got.params, got.mismatching)
+    if probes:
+        from invariants.probes import PROMPTS, probe_metrics
+        t3 = time.perf_counter()
+        p = prompts or PROMPTS
+        res.probes = probe_metrics(trainer.logprobs(p), rollout.generate_logprobs(p))
+        t["probes"] = time.perf_counter() - t3
+    if checks:
+        from invariants import run_catalog
+        t4 = time.perf_counter()
+        res.findings = run_catalog(res.context(probe_bounds), ids=check_ids)
+        t["checks"] = time.perf_counter() - t4
+    res.seconds = {k: round(v, 4) for k, v in t.items()}
+    return res
+
+
+def reference_engines(config: SyncConfig, fault=None):
+    """The CPU reference trainer and rollout for `config` (a rollout built by the fault when it must be)."""
+    from ..engines.registry import make_engine
+    trainer = make_engine("trainer", "cpu-reference", config)
+    rollout = fault.apply(config, **fault.params) if builds_engine(fault) else \
+        make_engine("rollout", "cpu-reference", config)
+    return trainer, rollout
+
+
+def reference_sync(config: SyncConfig, *, steps: int = 1, fault=None, **kw) -> tuple[SyncResult, object, object]:
+    """Build the reference trainer and rollout, take `steps` optimizer steps (syncing cleanly after all but the
+    last one), then run the sync under test. `config`: as `fault_config` returned it. Returns
+    (result, trainer, rollout)."""
+    trainer, rollout = reference_engines(config, fault)
+    previous = None
+    for s in range(steps):
+        previous = trainer.export_hf()
+        trainer.optimizer_step()
+        if s < steps - 1:
+            run_sync(config, trainer, rollout, resync=False, checks=False, master=False)
+    result = run_sync(config, trainer, rollout, fault=fault, previous=previous, **kw)
+    return result, trainer, rollout
+
+
+__all__ = ["FaultContext", "STAGES", "SyncResult", "builds_engine", "fault_config", "install_items",
+           "payload_snapshot", "reference_engines", "reference_sync", "run_sync", "DigestFirst", "FullRead"]
