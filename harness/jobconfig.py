@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from .config import ConfigError, PackingConfig, RolloutConfig, SyncConfig, TrainerConfig
-from .formats import get_recipe
+from .formats import arch_major, get_recipe, recipe_for_arch
 from .models import MODELS, ModelError, get_model, register_model, spec_from_hf_config
 
 ENV_VARS = ("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "NVTE_FP8_BLOCK_AMAX_EPSILON", "VLLM_USE_DEEP_GEMM",
@@ -27,35 +27,35 @@ SYNC_MODES = {None: None, "blockwise": "blockwise", "serialized_blockwise": "blo
 FP8_FORMATS = (None, "e4m3", "hybrid")
 RECIPE_NAMES = (None, "blockwise", "mxfp8", "auto")
 
-_MC = "trainer.policy.megatron_config."
-_REF = "trainer.ref.megatron_config."
-_GEN = "generator.inference_engine."
-_VA = "actor_rollout_ref.actor.megatron."
+SKYRL_MEGATRON = "trainer.policy.megatron_config."
+SKYRL_REF_MEGATRON = "trainer.ref.megatron_config."
+SKYRL_ENGINE = "generator.inference_engine."
+VERL_MEGATRON = "actor_rollout_ref.actor.megatron."
 KNOWN = {
     # SkyRL trainer
-    _MC + "fp8", _MC + "fp8_recipe", _MC + "fp8_param", _MC + "fp8_amax_compute_algo",
-    _MC + "transformer_config_kwargs.fp8", _MC + "transformer_config_kwargs.fp8_recipe",
-    _MC + "transformer_config_kwargs.fp8_param", _MC + "transformer_config_kwargs.fp8_amax_compute_algo",
-    _MC + "transformer_config_kwargs.tp_only_amax_red", _MC + "ddp_config.fp8_param_gather",
-    _MC + "tensor_model_parallel_size", _MC + "pipeline_model_parallel_size", _MC + "context_parallel_size",
-    _MC + "expert_model_parallel_size", _MC + "expert_tensor_parallel_size", _MC + "lora_config.merge_lora",
-    _REF + "fp8", _REF + "fp8_recipe", _REF + "fp8_param", _REF + "transformer_config_kwargs.fp8",
-    _REF + "transformer_config_kwargs.fp8_recipe", _REF + "transformer_config_kwargs.fp8_param",
+    SKYRL_MEGATRON + "fp8", SKYRL_MEGATRON + "fp8_recipe", SKYRL_MEGATRON + "fp8_param", SKYRL_MEGATRON + "fp8_amax_compute_algo",
+    SKYRL_MEGATRON + "transformer_config_kwargs.fp8", SKYRL_MEGATRON + "transformer_config_kwargs.fp8_recipe",
+    SKYRL_MEGATRON + "transformer_config_kwargs.fp8_param", SKYRL_MEGATRON + "transformer_config_kwargs.fp8_amax_compute_algo",
+    SKYRL_MEGATRON + "transformer_config_kwargs.tp_only_amax_red", SKYRL_MEGATRON + "ddp_config.fp8_param_gather",
+    SKYRL_MEGATRON + "tensor_model_parallel_size", SKYRL_MEGATRON + "pipeline_model_parallel_size", SKYRL_MEGATRON + "context_parallel_size",
+    SKYRL_MEGATRON + "expert_model_parallel_size", SKYRL_MEGATRON + "expert_tensor_parallel_size", SKYRL_MEGATRON + "lora_config.merge_lora",
+    SKYRL_REF_MEGATRON + "fp8", SKYRL_REF_MEGATRON + "fp8_recipe", SKYRL_REF_MEGATRON + "fp8_param", SKYRL_REF_MEGATRON + "transformer_config_kwargs.fp8",
+    SKYRL_REF_MEGATRON + "transformer_config_kwargs.fp8_recipe", SKYRL_REF_MEGATRON + "transformer_config_kwargs.fp8_param",
     "trainer.policy.model.path", "trainer.ref.model.path", "trainer.policy.model.lora.rank", "trainer.strategy",
     # SkyRL rollout
-    _GEN + "fp8_weight_sync_mode", _GEN + "tensor_parallel_size", _GEN + "expert_parallel_size",
-    _GEN + "pipeline_parallel_size", _GEN + "data_parallel_size", _GEN + "model_dtype",
-    _GEN + "engine_init_kwargs.quantization", _GEN + "engine_init_kwargs.kv_cache_dtype",
-    _GEN + "engine_init_kwargs.load_format",
-    _GEN + "engine_init_kwargs.hf_overrides.quantization_config.weight_block_size",
-    _GEN + "engine_init_kwargs.hf_overrides.quantization_config.ignored_layers",
-    _GEN + "engine_init_kwargs.hf_overrides.quantization_config.quant_method",
-    _GEN + "engine_init_kwargs.hf_overrides.quantization_config.activation_scheme",
+    SKYRL_ENGINE + "fp8_weight_sync_mode", SKYRL_ENGINE + "tensor_parallel_size", SKYRL_ENGINE + "expert_parallel_size",
+    SKYRL_ENGINE + "pipeline_parallel_size", SKYRL_ENGINE + "data_parallel_size", SKYRL_ENGINE + "model_dtype",
+    SKYRL_ENGINE + "engine_init_kwargs.quantization", SKYRL_ENGINE + "engine_init_kwargs.kv_cache_dtype",
+    SKYRL_ENGINE + "engine_init_kwargs.load_format",
+    SKYRL_ENGINE + "engine_init_kwargs.hf_overrides.quantization_config.weight_block_size",
+    SKYRL_ENGINE + "engine_init_kwargs.hf_overrides.quantization_config.ignored_layers",
+    SKYRL_ENGINE + "engine_init_kwargs.hf_overrides.quantization_config.quant_method",
+    SKYRL_ENGINE + "engine_init_kwargs.hf_overrides.quantization_config.activation_scheme",
     # verl
-    _VA + "override_transformer_config.fp8", _VA + "override_transformer_config.fp8_recipe",
-    _VA + "override_transformer_config.fp8_param", "actor_rollout_ref.actor.optim.override_optimizer_config.fp8_recipe",
-    _VA + "tensor_model_parallel_size", _VA + "context_parallel_size", _VA + "pipeline_model_parallel_size",
-    _VA + "expert_model_parallel_size", "actor_rollout_ref.rollout.quantization",
+    VERL_MEGATRON + "override_transformer_config.fp8", VERL_MEGATRON + "override_transformer_config.fp8_recipe",
+    VERL_MEGATRON + "override_transformer_config.fp8_param", "actor_rollout_ref.actor.optim.override_optimizer_config.fp8_recipe",
+    VERL_MEGATRON + "tensor_model_parallel_size", VERL_MEGATRON + "context_parallel_size", VERL_MEGATRON + "pipeline_model_parallel_size",
+    VERL_MEGATRON + "expert_model_parallel_size", "actor_rollout_ref.rollout.quantization",
     "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.model.path",
     "actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora.merge",
     # fp8check
@@ -63,9 +63,9 @@ KNOWN = {
     "fp8check.packing.preprocess_multiple", "fp8check.packing.replay_multiple", "fp8check.seed",
 }
 # prefixes whose every key fp8check must understand (a typo here silently changes numerics)
-FP8_PREFIXES = (_MC + "fp8", _MC + "transformer_config_kwargs.fp8", _REF + "fp8", _GEN + "fp8",
-                _GEN + "engine_init_kwargs.quantization", _GEN + "engine_init_kwargs.hf_overrides.quantization_config",
-                _VA + "override_transformer_config.fp8", "actor_rollout_ref.rollout.quantization", "fp8check.")
+FP8_PREFIXES = (SKYRL_MEGATRON + "fp8", SKYRL_MEGATRON + "transformer_config_kwargs.fp8", SKYRL_REF_MEGATRON + "fp8", SKYRL_ENGINE + "fp8",
+                SKYRL_ENGINE + "engine_init_kwargs.quantization", SKYRL_ENGINE + "engine_init_kwargs.hf_overrides.quantization_config",
+                VERL_MEGATRON + "override_transformer_config.fp8", "actor_rollout_ref.rollout.quantization", "fp8check.")
 
 
 @dataclass
@@ -85,12 +85,35 @@ class Line:
 
 @dataclass
 class Job:
+    """An RL job's FP8 configuration as read: the SyncConfig it resolves to, where every value came from, and
+    the facts the job rules (invariants/job.py) judge, each under the key the user wrote."""
     config: SyncConfig | None
+    source: str = "config"
+    flat: dict = field(default_factory=dict)        # every key as written, dotted
     sources: dict = field(default_factory=dict)     # SyncConfig field -> (key or env var, value)
-    lines: list = field(default_factory=list)
+    stack: str = "fp8check"                         # skyrl | verl | nemo-rl | fp8check: whose keys these are
     fp8_training: bool = False
     fp8_rollout: bool = False
+    fp8_format: str | None = None
+    fp8_format_key: str | None = None
+    recipe_name: str = "blockwise"                  # the trainer's recipe, `auto` resolved
+    recipe_key: str | None = None
+    fp8_param: bool | None = None
+    fp8_param_key: str | None = None
+    wire_mode: str | None = None                    # the FP8 wire format (blockwise | mxfp8), `auto` resolved
+    wire_mode_written: str | None = None
+    wire_mode_key: str = "generator.inference_engine.fp8_weight_sync_mode"
+    rollout_quant: str | None = None
+    rollout_quant_key: str | None = None
+    strategy: str | None = None
+    kv_cache_dtype: str | None = None
+    kv_cache_key: str | None = None
+    model_key: str | None = None
+    model_written: object = None
     model_known: bool = True
+    ignored_layers: list | None = None              # an explicit engine ignored_layers override
+    ignored_layers_key: str | None = None
+    env: dict = field(default_factory=dict)
 
 
 def flatten(data, prefix: str = "", source: str = "config") -> dict:
@@ -141,80 +164,112 @@ def _env_flag(env: dict, name: str, default: str) -> tuple[str, str]:
     return v, "set"
 
 
+def _int(flat: dict, key: str, source: str, minimum: int | None = None):
+    v = flat.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(f"{source}: {key} must be an integer, got {v!r}")
+    if minimum is not None and v < minimum:
+        raise ConfigError(f"{source}: {key} must be >= {minimum}, got {v}")
+    return v
+
+
+def _stack(flat: dict) -> str:
+    if any(k.startswith(("trainer.", "generator.")) for k in flat):
+        return "skyrl"
+    if any(k.startswith("actor_rollout_ref.") for k in flat):
+        return "verl"
+    if any(k.startswith("policy.") for k in flat):
+        return "nemo-rl"
+    return "fp8check"
+
+
+def _model(flat: dict, source: str, job: Job) -> str:
+    """The model the job trains: a tiny model name, or a local checkpoint with a config.json (registered)."""
+    key = next((k for k in ("fp8check.model", "trainer.policy.model.path", "actor_rollout_ref.model.path",
+                            "policy.model_name") if k in flat), None)
+    job.model_key = key
+    name = flat.get(key) if key else "tiny-dense"
+    job.model_written = name
+    if not isinstance(name, str):
+        raise ConfigError(f"{source}: {key} must be a string, got {name!r}")
+    if name in MODELS:
+        return name
+    cfg_path = os.path.join(name, "config.json") if os.path.isdir(name) else name
+    if os.path.isfile(cfg_path) and cfg_path.endswith(".json"):
+        try:
+            with open(cfg_path, "rb") as f:
+                hf = json.loads(f.read().decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, OSError) as e:
+            raise ConfigError(f"{cfg_path}: not a readable JSON model config ({e.__class__.__name__}); point "
+                              f"{key} at a checkpoint directory with a valid config.json") from None
+        try:
+            register_model(spec_from_hf_config(hf, name))
+        except ModelError as e:
+            raise ConfigError(f"{cfg_path}: cannot read the model's dims ({e})") from None
+        return name
+    job.model_known = False
+    return "tiny-dense"
+
+
 def parse_job(data: dict, env: dict, gpu: str = "auto", source: str = "config") -> Job:
-    """Read a SkyRL / verl job config + environment into a Job (SyncConfig + provenance + parse-level lines)."""
+    """Read a SkyRL / verl job config + environment into a Job: the SyncConfig, the provenance of every value
+    and the facts the job rules judge. Type errors are ConfigError naming the key as the user wrote it."""
     flat = flatten(data, source=source)
-    job = Job(None)
-    L = job.lines
-    for k in flat:
-        if k in KNOWN:
-            continue
-        if any(k.startswith(p) for p in FP8_PREFIXES):
-            near = difflib.get_close_matches(k, sorted(KNOWN), n=1, cutoff=0.8)
-            L.append(Line("error", "K1", k, flat[k], "unknown key under an FP8-relevant prefix (fp8check cannot tell "
-                          "what it does to the numerics)", f"did you mean {near[0]}?" if near else
-                          "remove it or report it to fp8check"))
+    job = Job(None, source, flat, stack=_stack(flat))
+    for k, v in env.items():
+        if not isinstance(k, str) or not k or "=" in k:
+            raise ConfigError(f"environment: {k!r} is not a variable name")
     g = lambda k, kind, default=None: _typed(k, flat.get(k, default), kind, source)  # noqa: E731
 
     # -- trainer side: SkyRL (transformer_config_kwargs wins) or verl ------------------------------------------
     def trainer_key(name, kind):
-        for k in (_MC + "transformer_config_kwargs." + name, _MC + name, _VA + "override_transformer_config." + name):
+        for k in (SKYRL_MEGATRON + "transformer_config_kwargs." + name, SKYRL_MEGATRON + name, VERL_MEGATRON + "override_transformer_config." + name):
             if k in flat:
                 return k, _typed(k, flat[k], kind, source)
         return None, None
-    fmt_key, fp8_fmt = trainer_key("fp8", "str")
-    rec_key, recipe_name = trainer_key("fp8_recipe", "str")
-    par_key, fp8_param = trainer_key("fp8_param", "bool")
-    if fp8_fmt not in FP8_FORMATS:
-        raise ConfigError(f"{source}: {fmt_key} = {fp8_fmt!r}: expected one of e4m3, hybrid")
+    job.fp8_format_key, job.fp8_format = trainer_key("fp8", "str")
+    job.recipe_key, recipe_name = trainer_key("fp8_recipe", "str")
+    job.fp8_param_key, job.fp8_param = trainer_key("fp8_param", "bool")
+    if job.fp8_format not in FP8_FORMATS:
+        raise ConfigError(f"{source}: {job.fp8_format_key} = {job.fp8_format!r}: expected one of e4m3, hybrid")
     if recipe_name not in RECIPE_NAMES:
-        raise ConfigError(f"{source}: {rec_key} = {recipe_name!r}: unknown FP8 recipe; expected blockwise, mxfp8 "
-                          f"or auto")
-    job.fp8_training = fp8_fmt is not None
+        raise ConfigError(f"{source}: {job.recipe_key} = {recipe_name!r}: unknown FP8 recipe; expected blockwise, "
+                          f"mxfp8 or auto")
+    job.fp8_training = job.fp8_format is not None
     arch, how = resolve_gpu(gpu)
     job.sources["gpu_arch"] = ("--gpu" if gpu != "auto" else "GPU", f"{arch} ({how})")
-    major = int(arch[2:]) // 10
+    major = arch_major(arch) or 9
     if recipe_name in (None, "auto"):
-        resolved = "mxfp8" if major >= 10 else "blockwise"
-        job.sources["recipe"] = (rec_key or "fp8_recipe", f"{recipe_name or 'unset'} -> {resolved} on {arch}")
+        resolved = recipe_for_arch(arch)
+        job.sources["recipe"] = (job.recipe_key or "fp8_recipe", f"{recipe_name or 'unset'} -> {resolved} on {arch}")
         recipe_name = resolved
+    job.recipe_name = recipe_name
 
     # -- rollout side --------------------------------------------------------------------------------------------
-    mode_key = _GEN + "fp8_weight_sync_mode"
-    mode = g(mode_key, "str")
+    mode = g(job.wire_mode_key, "str")
     if mode not in SYNC_MODES:
-        raise ConfigError(f"{source}: {mode_key} = {mode!r}: expected blockwise, mxfp8 or auto")
-    if mode == "serialized_blockwise":
-        L.append(Line("warning", "K2", mode_key, mode, "old name of the blockwise mode", "write blockwise"))
+        raise ConfigError(f"{source}: {job.wire_mode_key} = {mode!r}: expected blockwise, mxfp8 or auto")
+    job.wire_mode_written = mode
     mode = SYNC_MODES[mode]
     if mode == "auto":
         mode = recipe_name
-    q_key = next((k for k in (_GEN + "engine_init_kwargs.quantization", "actor_rollout_ref.rollout.quantization")
-                  if k in flat), None)
-    rollout_quant = _typed(q_key, flat[q_key], "str", source) if q_key else None
-    job.fp8_rollout = mode is not None or rollout_quant == "fp8"
+    job.wire_mode = mode
+    job.rollout_quant_key = next((k for k in (SKYRL_ENGINE + "engine_init_kwargs.quantization",
+                                              "actor_rollout_ref.rollout.quantization") if k in flat), None)
+    job.rollout_quant = _typed(job.rollout_quant_key, flat[job.rollout_quant_key], "str", source) \
+        if job.rollout_quant_key else None
+    job.fp8_rollout = mode is not None or job.rollout_quant == "fp8"
     sync_mode = "onpolicy" if mode is not None else "naive"
-    if mode is not None and mode != recipe_name:
-        L.append(Line("error", "K3", mode_key, mode, f"the wire format ({mode}) is not the trainer's recipe "
-                      f"({recipe_name}): the sampler runs another quantization than the learner",
-                      f"set {mode_key}={recipe_name} (or auto)"))
-    if mode is not None and rollout_quant not in (None, "fp8"):
-        L.append(Line("error", "K4", q_key, rollout_quant, "serialized FP8 sync needs the engine started with "
-                      "quantization=fp8", f"set {_GEN}engine_init_kwargs.quantization=fp8 (or leave it unset)"))
-    if job.fp8_training and job.fp8_rollout and sync_mode == "naive":
-        L.append(Line("error", "K5", q_key or mode_key, rollout_quant, "FP8 training with a BF16 weight sync: the "
-                      "engine re-quantizes with its own scales and samples a policy the learner never held (S2)",
-                      "sync the trainer's own FP8 codes and scales (SkyRL: generator.inference_engine.fp8_weight_sync_mode=blockwise)"))
-    elif job.fp8_rollout and not job.fp8_training:
-        L.append(Line("warning", "K6", q_key or mode_key, rollout_quant or mode, "FP8 rollout of a BF16 learner is "
-                      "off-policy by construction", "use importance-sampling correction (TIS) or train in FP8"))
 
     # -- environment, resolved as each engine resolves it ------------------------------------------------------
-    skyrl = any(k.startswith(("trainer.", "generator.")) for k in flat)
+    skyrl = job.stack == "skyrl"
     # TE defaults to power-of-two block scales; SkyRL exports FP32 scales when FP8 is on (0 on Blackwell)
     te_default = ("0" if major >= 10 else "1") if skyrl and (job.fp8_training or mode) else "0"
     nvte, nvte_state = _env_flag(env, "NVTE_FP8_BLOCK_SCALING_FP32_SCALES", te_default)
     trainer_scales = "fp32" if nvte == "1" else "pow2"
+    job.env["NVTE_FP8_BLOCK_SCALING_FP32_SCALES"] = (nvte, nvte_state, te_default)
     job.sources["trainer.scale_format"] = ("NVTE_FP8_BLOCK_SCALING_FP32_SCALES",
                                            f"{nvte} ({nvte_state}; {'SkyRL' if skyrl else 'Transformer Engine'} "
                                            f"default {te_default})")
@@ -227,110 +282,86 @@ def parse_job(data: dict, env: dict, gpu: str = "auto", source: str = "config") 
             trainer_eps = float(eps_env)
         except ValueError:
             raise ConfigError(f"environment: NVTE_FP8_BLOCK_AMAX_EPSILON={eps_env!r} is not a number") from None
+        if not trainer_eps >= 0:
+            raise ConfigError(f"environment: NVTE_FP8_BLOCK_AMAX_EPSILON={eps_env!r} must be a number >= 0")
         job.sources["trainer.amax_epsilon"] = ("NVTE_FP8_BLOCK_AMAX_EPSILON", eps_env)
     eps_key = "fp8check.amax_epsilon"
     if eps_key in flat:
         v = flat[eps_key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ConfigError(f"{source}: {eps_key} must be a number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise ConfigError(f"{source}: {eps_key} must be a number >= 0, got {v!r}")
         recipe = replace(recipe, amax_epsilon=float(v))
         job.sources["recipe.amax_epsilon"] = (eps_key, v)
     dg, dg_state = _env_flag(env, "VLLM_USE_DEEP_GEMM", "1")
     # SkyRL pins E8M0 for its blockwise wire (0 for FP32 scales, 1 for power-of-two on Blackwell); vLLM: 1
     e8_default = ("0" if trainer_scales == "fp32" else "1") if skyrl and mode == "blockwise" else "1"
     e8, e8_state = _env_flag(env, "VLLM_USE_DEEP_GEMM_E8M0", e8_default)
+    job.env["VLLM_USE_DEEP_GEMM"] = (dg, dg_state, "1")
+    job.env["VLLM_USE_DEEP_GEMM_E8M0"] = (e8, e8_state, e8_default)
     job.sources["rollout.use_deep_gemm"] = ("VLLM_USE_DEEP_GEMM", f"{dg} ({dg_state}; vLLM default 1)")
     job.sources["rollout.deep_gemm_e8m0"] = ("VLLM_USE_DEEP_GEMM_E8M0", f"{e8} ({e8_state}; "
                                              f"{'SkyRL' if skyrl and mode == 'blockwise' else 'vLLM'} default {e8_default})")
     moe_dg = env.get("VLLM_MOE_USE_DEEP_GEMM")
+    if moe_dg not in (None, "", "0", "1"):
+        raise ConfigError(f"environment: VLLM_MOE_USE_DEEP_GEMM={moe_dg!r} must be 0 or 1")
 
     # -- sizes, LoRA, model ------------------------------------------------------------------------------------
-    def first(kind, *keys, default=None):
+    def first(kind, *keys, default=None, minimum=None):
         for k in keys:
             if k in flat:
-                return _typed(k, flat[k], kind, source), k
+                v = _int(flat, k, source, minimum) if kind == "int" else _typed(k, flat[k], kind, source)
+                return (default if v is None else v), k
         return default, keys[0]
-    ttp, ttp_key = first("int", _MC + "tensor_model_parallel_size", _VA + "tensor_model_parallel_size", default=1)
-    tcp, _ = first("int", _MC + "context_parallel_size", _VA + "context_parallel_size", default=1)
-    rtp, rtp_key = first("int", _GEN + "tensor_parallel_size", "actor_rollout_ref.rollout.tensor_model_parallel_size",
-                         default=1)
+    ttp, ttp_key = first("int", SKYRL_MEGATRON + "tensor_model_parallel_size", VERL_MEGATRON + "tensor_model_parallel_size", default=1,
+                         minimum=1)
+    tcp, _ = first("int", SKYRL_MEGATRON + "context_parallel_size", VERL_MEGATRON + "context_parallel_size", default=1, minimum=1)
+    rtp, rtp_key = first("int", SKYRL_ENGINE + "tensor_parallel_size", "actor_rollout_ref.rollout.tensor_model_parallel_size",
+                         default=1, minimum=1)
     job.sources["trainer.tp_size"] = (ttp_key, ttp)
     job.sources["rollout.tp_size"] = (rtp_key, rtp)
-    lora, lora_key = first("int", "trainer.policy.model.lora.rank", "actor_rollout_ref.model.lora_rank", default=0)
-    merge, _ = first("bool", _MC + "lora_config.merge_lora", "actor_rollout_ref.model.lora.merge",
+    lora, lora_key = first("int", "trainer.policy.model.lora.rank", "actor_rollout_ref.model.lora_rank", default=0,
+                           minimum=0)
+    merge, _ = first("bool", SKYRL_MEGATRON + "lora_config.merge_lora", "actor_rollout_ref.model.lora.merge",
                      default=(not lora_key.startswith("actor_rollout_ref")))
     job.sources["lora"] = (lora_key, f"rank {lora}, merge {merge}")
-    if job.sources.get("trainer.fp8_param") is None and par_key:
-        job.sources["trainer.fp8_param"] = (par_key, fp8_param)
-    if fp8_param and not flat.get(_MC + "ddp_config.fp8_param_gather", False) and par_key and par_key.startswith(_MC):
-        L.append(Line("error", "K7", _MC + "ddp_config.fp8_param_gather", flat.get(_MC + "ddp_config.fp8_param_gather"),
-                      "persistent FP8 parameters need the FP8 all-gather", f"set {_MC}ddp_config.fp8_param_gather=true"))
-    strategy = flat.get("trainer.strategy")
-    if mode is not None and skyrl and strategy not in (None, "megatron"):
-        L.append(Line("error", "K8", "trainer.strategy", strategy, "serialized FP8 weight sync needs the Megatron "
-                      "trainer (the FP8 forward weights come from Transformer Engine)", "set trainer.strategy=megatron"))
-    for name in ("fp8", "fp8_recipe", "fp8_param"):      # the reference policy must run the learner's numerics
-        for k in (_REF + "transformer_config_kwargs." + name, _REF + name):
-            if k in flat:
-                mine = {"fp8": fp8_fmt, "fp8_recipe": recipe_name if flat[k] != "auto" else flat[k],
-                        "fp8_param": fp8_param}[name]
-                if flat[k] != mine and not (name == "fp8_recipe" and flat[k] in ("auto", recipe_name)):
-                    L.append(Line("warning", "K9", k, flat[k], f"the reference model's {name} differs from the "
-                                  f"policy's ({mine}): KL terms compare different numerics", f"set it to {mine}"))
-                break
-    kv = flat.get(_GEN + "engine_init_kwargs.kv_cache_dtype")
-
-    model_key = next((k for k in ("fp8check.model", "trainer.policy.model.path", "actor_rollout_ref.model.path")
-                      if k in flat), None)
-    model_name = flat.get(model_key) if model_key else "tiny-dense"
-    if not isinstance(model_name, str):
-        raise ConfigError(f"{source}: {model_key} must be a string, got {model_name!r}")
-    if model_name not in MODELS:
-        cfg_path = os.path.join(model_name, "config.json") if os.path.isdir(model_name) else model_name
-        if os.path.isfile(cfg_path) and cfg_path.endswith(".json"):
-            try:
-                with open(cfg_path) as f:
-                    hf = json.load(f)
-                register_model(spec_from_hf_config(hf, model_name))
-            except (ValueError, ModelError) as e:
-                raise ConfigError(f"{cfg_path}: cannot read the model's dims ({e})") from None
-        else:
-            job.model_known = False
-            L.append(Line("warning", "M1", model_key, model_name, "model dims unknown here (not a tiny model name nor a "
-                          "local path with config.json): shape, alignment and exclusion rules use tiny-dense",
-                          "point the model path at a local checkpoint directory to check its dims"))
-            model_name = "tiny-dense"
-    if kv and "fp8" in str(kv) and any(t != "full_attention" for t in get_model(model_name).layer_types):
-        L.append(Line("warning", "M2", _GEN + "engine_init_kwargs.kv_cache_dtype", kv, "FP8 KV cache with linear-"
-                      "attention layers is not supported by the FP8 sync path yet", "leave kv_cache_dtype=auto"))
+    if job.fp8_param_key:
+        job.sources["trainer.fp8_param"] = (job.fp8_param_key, job.fp8_param)
+    job.strategy = flat.get("trainer.strategy")
+    job.kv_cache_key = SKYRL_ENGINE + "engine_init_kwargs.kv_cache_dtype" if SKYRL_ENGINE + "engine_init_kwargs.kv_cache_dtype" in flat \
+        else None
+    job.kv_cache_dtype = flat.get(job.kv_cache_key) if job.kv_cache_key else None
+    model_name = _model(flat, source, job)
 
     exclude = flat.get("fp8check.exclude") or []
-    if not isinstance(exclude, list):
+    if not isinstance(exclude, list) or not all(isinstance(x, str) for x in exclude):
         raise ConfigError(f"{source}: fp8check.exclude must be a list of module-name patterns")
-    bs = flat.get(_GEN + "engine_init_kwargs.hf_overrides.quantization_config.weight_block_size")
-    pk = {k.rsplit(".", 1)[1]: flat[k] for k in flat if k.startswith("fp8check.packing.")}
+    bs_key = SKYRL_ENGINE + "engine_init_kwargs.hf_overrides.quantization_config.weight_block_size"
+    bs = flat.get(bs_key)
+    if bs is not None and (not isinstance(bs, list) or len(bs) != 2 or
+                           not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in bs)):
+        raise ConfigError(f"{source}: {bs_key} must be two positive integers like [128, 128], got {bs!r}")
+    pk = {}
+    for k in flat:
+        if k.startswith("fp8check.packing."):
+            pk[k.rsplit(".", 1)[1]] = _int(flat, k, source, minimum=1)
+    seed = _int(flat, "fp8check.seed", source, minimum=0) or 0
     try:
         cfg = SyncConfig(
-            model=model_name, recipe=recipe, sync_mode=sync_mode, exclude=tuple(str(x) for x in exclude),
-            trainer=TrainerConfig(tp_size=ttp, cp_size=tcp, fp8_param=bool(fp8_param), scale_format=trainer_scales
-                                  if recipe.granularity == "block" else None, amax_epsilon=trainer_eps),
+            model=model_name, recipe=recipe, sync_mode=sync_mode, exclude=tuple(exclude),
+            trainer=TrainerConfig(tp_size=ttp, cp_size=tcp, fp8_param=bool(job.fp8_param),
+                                  scale_format=trainer_scales if recipe.granularity == "block" else None,
+                                  amax_epsilon=trainer_eps),
             rollout=RolloutConfig(tp_size=rtp, use_deep_gemm=dg == "1", deep_gemm_e8m0=e8 == "1",
                                   moe_backend="deep_gemm" if moe_dg == "1" else "triton",
-                                  weight_block_size=tuple(bs) if isinstance(bs, list) else None),
-            packing=PackingConfig(**pk), gpu_arch=arch, lora_rank=lora, lora_merge=bool(merge),
-            seed=int(flat.get("fp8check.seed", 0)))
-    except TypeError as e:
+                                  weight_block_size=tuple(bs) if bs is not None else None),
+            packing=PackingConfig(**pk), gpu_arch=arch, lora_rank=lora, lora_merge=bool(merge), seed=seed)
+    except (TypeError, ModelError) as e:
         raise ConfigError(f"{source}: {e}") from None
     job.config = cfg
-    ign = flat.get(_GEN + "engine_init_kwargs.hf_overrides.quantization_config.ignored_layers")
-    if ign is not None:
-        want = set(cfg.ignored_layers)
-        got = set(ign) if isinstance(ign, list) else None
-        if got is None:
-            raise ConfigError(f"{source}: ignored_layers must be a list of module names")
-        if got != want:
-            L.append(Line("error", "X6", _GEN + "engine_init_kwargs.hf_overrides.quantization_config.ignored_layers",
-                          sorted(got ^ want)[:6], "the engine's ignored_layers differ from the trainer's high-precision "
-                          f"set (missing {sorted(want - got)[:3]}, extra {sorted(got - want)[:3]})",
-                          "derive ignored_layers from the same exclusion set (remove the override)"))
+    ik = SKYRL_ENGINE + "engine_init_kwargs.hf_overrides.quantization_config.ignored_layers"
+    if ik in flat:
+        ign = flat[ik]
+        if not isinstance(ign, list) or not all(isinstance(x, str) for x in ign):
+            raise ConfigError(f"{source}: {ik} must be a list of module names")
+        job.ignored_layers, job.ignored_layers_key = ign, ik
     return job

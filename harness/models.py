@@ -228,41 +228,74 @@ def register_model(spec: ModelSpec) -> ModelSpec:
     return spec
 
 
-def spec_from_hf_config(cfg: dict, name: str) -> ModelSpec:
+def spec_from_hf_config(cfg, name: str) -> ModelSpec:
     """A ModelSpec with the dims of an HF config.json (Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3-Next-style),
-    for alignment and exclusion rules. Raises ModelError naming the missing key."""
+    for alignment and exclusion rules. Raises ModelError naming the key when a dim is missing or not a positive
+    integer."""
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{name}: config.json must be a mapping of keys, got {type(cfg).__name__}")
     cfg = cfg.get("text_config", cfg)
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{name}: config.json text_config must be a mapping")
 
-    def need(key):
-        if key not in cfg:
-            raise ModelError(f"{name}: config.json has no {key!r}")
-        return cfg[key]
-    H, heads = int(need("hidden_size")), int(need("num_attention_heads"))
-    n_layers = int(need("num_hidden_layers"))
-    kw = dict(vocab_size=int(cfg.get("vocab_size", 32000)), hidden_size=H, num_layers=n_layers, num_heads=heads,
-              num_kv_heads=int(cfg.get("num_key_value_heads", heads)),
-              head_dim=int(cfg.get("head_dim") or H // heads), intermediate_size=int(cfg.get("intermediate_size", 4 * H)),
-              qk_norm=str(cfg.get("model_type", "")).startswith("qwen3"), rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)))
+    def num(key, default=None, positive=True):
+        v = cfg.get(key, default)
+        if v is None and default is None:
+            if key not in cfg:
+                raise ModelError(f"{name}: config.json has no {key!r}")
+            raise ModelError(f"{name}: config.json {key} is null, expected a positive integer")
+        if isinstance(v, bool) or not isinstance(v, int) or (positive and v <= 0) or v < 0:
+            raise ModelError(f"{name}: config.json {key} = {v!r}, expected a {'positive' if positive else 'non-negative'} "
+                             f"integer")
+        return v
+
+    def real(key, default):
+        v = cfg.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ModelError(f"{name}: config.json {key} = {v!r}, expected a positive number")
+        return float(v)
+    H, heads = num("hidden_size"), num("num_attention_heads")
+    n_layers = num("num_hidden_layers")
+    head_dim = cfg.get("head_dim") or None
+    if head_dim is None:
+        if H % heads:
+            raise ModelError(f"{name}: config.json hidden_size {H} is not a multiple of num_attention_heads {heads} "
+                             f"and head_dim is not given")
+        head_dim = H // heads
+    elif isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
+        raise ModelError(f"{name}: config.json head_dim = {head_dim!r}, expected a positive integer")
+    kw = dict(vocab_size=num("vocab_size", 32000), hidden_size=H, num_layers=n_layers, num_heads=heads,
+              num_kv_heads=num("num_key_value_heads", heads), head_dim=head_dim,
+              intermediate_size=num("intermediate_size", 4 * H),
+              qk_norm=str(cfg.get("model_type", "")).startswith("qwen3"), rms_norm_eps=real("rms_norm_eps", 1e-6),
+              rope_theta=real("rope_theta", 10000.0))
     excl: list[str] = []
-    experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
+    experts = num("num_experts", 0, positive=False) or num("num_local_experts", 0, positive=False)
     if experts:
-        kw.update(num_experts=experts, top_k=int(cfg.get("num_experts_per_tok", 2)),
-                  moe_intermediate_size=int(cfg.get("moe_intermediate_size") or kw["intermediate_size"]),
-                  shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0))
+        kw.update(num_experts=experts, top_k=num("num_experts_per_tok", 2),
+                  moe_intermediate_size=num("moe_intermediate_size", kw["intermediate_size"]),
+                  shared_expert_intermediate_size=num("shared_expert_intermediate_size", 0, positive=False))
         excl += ["mlp.gate"] + (["mlp.shared_expert_gate"] if kw["shared_expert_intermediate_size"] else [])
-    if cfg.get("layer_types"):
-        lt = tuple(cfg["layer_types"])
+    lt = cfg.get("layer_types")
+    if lt:
+        if not isinstance(lt, list) or not all(isinstance(x, str) for x in lt):
+            raise ModelError(f"{name}: config.json layer_types must be a list of strings")
+        lt = tuple(lt)
         if "linear_attention" in lt:
-            kd, vd = int(cfg.get("linear_key_head_dim", 128)), int(cfg.get("linear_value_head_dim", 128))
+            kd, vd = num("linear_key_head_dim", 128), num("linear_value_head_dim", 128)
             if kd != vd:
                 raise ModelError(f"{name}: linear_key_head_dim {kd} != linear_value_head_dim {vd} is not modelled")
-            kw.update(layer_types=lt, linear_num_k_heads=int(cfg.get("linear_num_key_heads", 16)),
-                      linear_num_v_heads=int(cfg.get("linear_num_value_heads", 32)), linear_head_dim=kd,
-                      linear_conv_kernel=int(cfg.get("linear_conv_kernel_dim", 4)))
+            kw.update(layer_types=lt, linear_num_k_heads=num("linear_num_key_heads", 16),
+                      linear_num_v_heads=num("linear_num_value_heads", 32), linear_head_dim=kd,
+                      linear_conv_kernel=num("linear_conv_kernel_dim", 4))
             excl += ["linear_attn.in_proj_a", "linear_attn.in_proj_b"]
         kw["attn_output_gate"] = bool(cfg.get("attn_output_gate", "linear_attention" in lt))
-    arch = (cfg.get("architectures") or ["unknown"])[0]
-    return ModelSpec(name, arch, str(cfg.get("model_type", "unknown")), default_exclude=tuple(excl), live=False, **kw)
+    archs = cfg.get("architectures") or ["unknown"]
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "unknown"
+    try:
+        return ModelSpec(name, arch, str(cfg.get("model_type", "unknown")), default_exclude=tuple(excl), live=False, **kw)
+    except (TypeError, ValueError) as e:
+        raise ModelError(f"{name}: {e}") from None
 
 
 def get_model(name: str) -> ModelSpec:

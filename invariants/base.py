@@ -82,6 +82,7 @@ class Invariant:
     live: bool = True                   # meaningful against live engines (else config / CPU only)
     source: str = ""                    # where the rule comes from (a stack's file it mirrors, a field report)
     why: str = ""                       # why it exists and what to change (`fp8check preflight --explain`)
+    severity: str = "error"             # error | warning: how pre-flight reports a failing job rule
 
     @property
     def scope(self) -> str:
@@ -95,11 +96,13 @@ REGISTRY: dict[str, Invariant] = {}
 
 
 def invariant(id: str, family: str, title: str, condition: str, needs: tuple[str, ...] = (), live: bool = True,
-              source: str = "", why: str = ""):
+              source: str = "", why: str = "", severity: str = "error"):
     def deco(fn):
         if id in REGISTRY:
             raise ValueError(f"invariant id {id} registered twice")
-        REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live, source, why)
+        if severity not in ("error", "warning"):
+            raise ValueError(f"invariant {id}: severity must be error or warning")
+        REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live, source, why, severity)
         return fn
     return deco
 

@@ -110,7 +110,7 @@ def run_cli(*argv):
 
 
 @pytest.mark.parametrize("content,needle", [("trainer: [unclosed\n", "not valid YAML"),
-                                            ("trainer.policy.megatron_config.tensor_model_parallel_size: two\n", "must be int"),
+                                            ("trainer.policy.megatron_config.tensor_model_parallel_size: two\n", "must be an integer"),
                                             ("trainer.policy.megatron_config.fp8_recipe: blockwize\n", "unknown FP8 recipe"),
                                             ("- a list\n", "top level must be a mapping")])
 def test_bad_input_is_one_line_exit_2(tmp_path, content, needle):

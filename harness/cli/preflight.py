@@ -14,22 +14,31 @@ FIELD_HINT = {"rollout.deep_gemm_e8m0": "rollout.deep_gemm_e8m0", "trainer.scale
 
 
 def rule_lines(job) -> list[Line]:
+    """The job rules and the config rules (C/X/A) over the job, as pre-flight lines naming the user's key."""
     from invariants import REGISTRY, CheckContext, run_catalog
-    findings = run_catalog(CheckContext(job.config), families=("contract", "exclusion", "alignment"), static_only=True)
+    fams = ("job", "contract", "exclusion", "alignment")
+    findings = run_catalog(CheckContext(job.config, job=job), families=fams, static_only=True)
     out, failing, seen = [], set(), {}
     for f in findings:
         if f.verdict == "pass":
             continue
         failing.add(f.invariant_id)
-        field = f.evidence.get("key", "")
-        src = job.sources.get(FIELD_HINT.get(field, field))
-        key, value = (src if src else (f.tensor or field or "-", None))
+        inv = REGISTRY[f.invariant_id]
+        ev = f.evidence
+        if inv.scope == "job":
+            key, value = ev.get("key") or "-", ev.get("value")
+            src = True
+        else:
+            field = ev.get("key", "")
+            src = job.sources.get(FIELD_HINT.get(field, field))
+            key, value = (src if src else (f.tensor or field or "-", None))
+        level = "warning" if f.verdict == "unknown" or inv.severity == "warning" else "error"
         group = (f.invariant_id, str(key)) if src else None
         if group in seen:                     # one line per rule and key; the rest are counted
             seen[group][1] += 1
             continue
-        line = Line("error" if f.verdict == "fail" else "warning", f.invariant_id, str(key), value,
-                    (f"{f.tensor}: " if f.tensor and src else "") + f.message, "")
+        line = Line(level, f.invariant_id, str(key), value,
+                    (f"{f.tensor}: " if f.tensor and src else "") + f.message, ev.get("fix", ""))
         out.append(line)
         if group:
             seen[group] = [line, 0]
@@ -37,7 +46,7 @@ def rule_lines(job) -> list[Line]:
         if more:
             line.why += f" (and {more} more tensor(s))"
     for inv in REGISTRY.values():
-        if inv.family in ("contract", "exclusion", "alignment") and not inv.needs and inv.id not in failing:
+        if inv.family in fams and inv.scope != "sync" and inv.id not in failing:
             out.append(Line("ok", inv.id, inv.family, None, inv.title))
     return out
 
@@ -79,7 +88,7 @@ def run(args) -> int:
     if args.gpu not in ("auto", "sm90", "sm100", "sm120"):
         raise UsageError(f"--gpu {args.gpu}: expected sm90, sm100, sm120 or auto")
     job = parse_job(data, env, args.gpu, source=args.config)
-    lines = list(job.lines) + rule_lines(job)
+    lines = rule_lines(job)
     if args.probe:
         lines += probe_lines(job)
     errors = sum(1 for ln in lines if ln.level == "error")
