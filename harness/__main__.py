@@ -1,3 +1,4 @@
+"""`python -m harness`: the fp8check command line."""
 import sys
 
 from .cli import main

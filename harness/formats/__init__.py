@@ -1,4 +1,4 @@
-"""FP8 formats, bit-exact to Transformer Engine's quantizers (see DESIGN.md, "Numerics to mirror exactly")."""
+"""FP8 formats, bit-exact to Transformer Engine's quantizers (docs/design.md, "Numerics to mirror exactly")."""
 from .blockwise import dequantize_blockwise, expand_scale, grid_shape, quantize_blockwise
 from .cast import cast_to_fp8
 from .constants import (ACT_BLOCK, E4M3, E4M3_MAX, E5M2, E5M2_MAX, E8M0, FP8_MAX, MX_BLOCK, WEIGHT_BLOCK)

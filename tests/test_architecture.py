@@ -1,0 +1,138 @@
+"""The layers of docs/design.md, enforced: every import (module level or inside a function) points down or
+sideways, never up; the checks never import engine code; no private name crosses a package; the public face
+exports what it promises; every registry agrees with the lists derived from it."""
+import ast
+import importlib
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "invariants", "faults", "e2e")
+
+# lowest first; a module may import its own layer or any lower one (docs/design.md, "Layers")
+LAYERS = [
+    ("harness.formats", "harness.schema"),
+    ("harness.models", "harness.layouts", "harness.alignment", "harness.digest"),
+    ("harness.config", "harness.numerics"),
+    ("harness.sync.payload", "harness.sync.transport", "harness.record", "harness.snapshot", "harness.jobconfig",
+     "harness.strategies"),
+    ("invariants", "harness.engines"),
+    ("harness.sync.capture", "harness.sync.pipeline", "harness.sync"),
+    ("faults",),
+    ("e2e", "harness.integrations"),
+    ("harness.cli", "harness.__main__", "harness"),
+]
+# siblings of one layer that must not import each other
+APART = [("invariants", "harness.engines")]
+
+
+def layer_of(module: str) -> int:
+    best, depth = None, -1
+    for i, group in enumerate(LAYERS):
+        for prefix in group:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > depth:
+                best, depth = i, len(prefix)
+    if best is None:
+        raise AssertionError(f"{module}: in no layer of tests/test_architecture.py (add it to LAYERS)")
+    return best
+
+
+def group_of(module: str) -> str:
+    return max((p for g in LAYERS for p in g if module == p or module.startswith(p + ".")), key=len)
+
+
+def modules():
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            yield ".".join(parts), path
+
+
+def imports(module: str, path: pathlib.Path):
+    """(imported module, name or None, line) for every import in the file, relative ones resolved."""
+    tree = ast.parse(path.read_text())
+    is_pkg = path.name == "__init__.py"
+    base = module.split(".") if is_pkg else module.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, None, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                mod = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                mod = node.module
+            for a in node.names:
+                yield mod, a.name, node.lineno
+
+
+def ours(mod: str) -> bool:
+    return mod.split(".")[0] in PACKAGES
+
+
+ALL = list(modules())
+
+
+@pytest.mark.parametrize("module,path", ALL, ids=[m for m, _ in ALL])
+def test_imports_point_down(module, path):
+    if module == "harness":          # the public face sits on top and loads lazily
+        return
+    mine = layer_of(module)
+    for mod, name, line in imports(module, path):
+        if not ours(mod):
+            continue
+        target = mod
+        full = f"{mod}.{name}" if name else mod
+        if name and importlib.util.find_spec(full.split(".")[0]) and _is_module(full):
+            target = full
+        theirs = layer_of(target)
+        assert theirs <= mine, f"{module}:{line} imports {target} (layer {theirs}) from layer {mine}"
+        for a, b in APART:
+            ga, gb = group_of(module), group_of(target)
+            assert not ({ga, gb} == {a, b} or (ga.startswith(a) and gb.startswith(b)) or
+                        (ga.startswith(b) and gb.startswith(a))), f"{module}:{line} imports {target}: {a} and {b} stay apart"
+
+
+def _is_module(full: str) -> bool:
+    try:
+        return importlib.util.find_spec(full) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def test_checks_import_no_engine_code():
+    for module, path in ALL:
+        if module.startswith("invariants"):
+            for mod, name, line in imports(module, path):
+                assert not (mod or "").startswith("harness.engines"), f"{module}:{line} imports {mod}"
+
+
+def test_no_private_name_crosses_a_package():
+    for module, path in ALL:
+        top = ".".join(module.split(".")[:2])
+        for mod, name, line in imports(module, path):
+            if not ours(mod) or not name or not name.startswith("_") or name.startswith("__"):
+                continue
+            assert ".".join(mod.split(".")[:2]) == top, f"{module}:{line} imports private {name} from {mod}"
+
+
+def test_public_face_exports_resolve():
+    import harness
+    assert 15 <= len(harness.__all__) <= 35
+    for name in harness.__all__:
+        assert getattr(harness, name) is not None, name
+    assert harness.__doc__ and all(n in harness.__doc__ for n in ("run_sync", "SyncConfig", "check_sync"))
+
+
+def test_every_module_has_a_docstring_and_none_cites_a_missing_design_file():
+    for module, path in ALL:
+        tree = ast.parse(path.read_text())
+        doc = ast.get_docstring(tree)
+        if path.name == "__init__.py" and not path.read_text().strip():
+            continue
+        assert doc, f"{module} has no module docstring"
+        assert "DESIGN.md" not in path.read_text(), f"{module} cites DESIGN.md (the repository's is docs/design.md)"

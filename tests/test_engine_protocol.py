@@ -1,0 +1,125 @@
+"""A new engine is one file plus one registry line: a rollout engine written here from scratch (not derived from
+fp8check's reference) registers, runs behind the remote wrapper, syncs through the one pipeline and is judged by
+the whole catalog; a buggy variant of it is caught; an engine missing part of the protocol is refused."""
+import pytest
+import torch
+
+from harness.config import recommended_config
+from harness.digest import state_digest
+from harness.engines import EngineError, make_engine, register_engine
+from harness.engines.remote import Remote
+from harness.formats.bytes import poison_
+from harness.layouts import rank_name
+from harness.numerics.forward import Weights, act_quant, dequantize_state, token_logprobs
+from harness.record import EngineRecord, PostLoad, UpdateRecord
+from harness.sync.pipeline import DigestFirst, FullRead, run_sync
+
+
+class DictEngine:
+    """An engine that keeps the layout's parameters in a dict and installs a whole sync at once (no post-load
+    transform): the simplest correct FP8 engine."""
+    engine = "dict-engine"
+    knobs = frozenset()
+    swap_gate_up = False               # the buggy variant
+
+    def __init__(self, config):
+        self.config, self.tp = config, config.rollout.tp_size
+        shapes = {rank_name(n, r, self.tp): s for r in range(self.tp)
+                  for n, s in config.layout.vllm_param_shapes(r).items()}
+        self.params = {n: torch.zeros(s, dtype=self._dtype(n)) for n, s in shapes.items()}
+        self.updates, self.versions, self.poisoned = [], {}, False
+        self.ptrs = {n: t.data_ptr() for n, t in self.params.items()}
+
+    def _dtype(self, name):
+        fp8 = self.config.layout.fp8_vllm
+        base = name.split(":", 1)[-1]
+        if base.endswith("_scale_inv"):
+            return self.config.recipe.scale_dtype
+        return self.config.recipe.fp8_dtype if base in fp8 else torch.bfloat16
+
+    def poison(self):
+        for t in self.params.values():
+            poison_(t)
+        self.poisoned = True
+
+    def install(self, items, version=None, *, direct=False, knobs=None):
+        items = list(items)
+        hf = {n: t for n, t, _ in items}
+        if self.swap_gate_up:
+            for n in list(hf):
+                if n.endswith("gate_proj.weight"):
+                    u = n.replace("gate_proj", "up_proj")
+                    hf[n], hf[u] = hf[u], hf[n]
+        rec = UpdateRecord(version)
+        for r in range(self.tp):
+            for n, t in self.config.layout.hf_to_vllm(hf, r).items():
+                self.params[rank_name(n, r, self.tp)].copy_(t)
+                self.versions[rank_name(n, r, self.tp)] = [version]
+        self.updates.append(rec)
+        return rec
+
+    def quantize_online(self, items):
+        raise EngineError("dict-engine does not quantize")
+
+    def state_digests(self):
+        return {n: state_digest(t) for n, t in self.params.items()}
+
+    def kernel_tensors(self, names=None):
+        return {n: t.clone() for n, t in self.params.items() if names is None or n in names}
+
+    def record(self):
+        cfg = self.config
+        return EngineRecord(self.engine, self.tp, list(cfg.ignored_layers),
+                            sorted({p.dst.rsplit(".", 1)[0] for p in cfg.layout.vllm[0] if p.src in cfg.fp8_tensors}),
+                            storage_moved=[n for n, t in self.params.items() if t.data_ptr() != self.ptrs[n]],
+                            versions=dict(self.versions), updates=list(self.updates), poisoned=self.poisoned,
+                            post_load=PostLoad("identity"), act_quant="vllm")
+
+    def generate_logprobs(self, prompts):
+        cfg = self.config
+        hf = cfg.layout.vllm_to_hf(self.params)
+        W = Weights(dequantize_state(cfg.recipe, hf, cfg.fp8_tensors), cfg.fp8_tensors, act_quant("vllm", cfg.recipe))
+        return [token_logprobs(cfg.spec, W, p) for p in prompts]
+
+
+class BuggyDictEngine(DictEngine):
+    engine = "dict-engine-buggy"
+    swap_gate_up = True
+
+
+register_engine("rollout", "dict-engine", DictEngine)           # the one registry line
+register_engine("rollout", "dict-engine-buggy", BuggyDictEngine)
+
+
+def _sync(name, capture):
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    trainer = make_engine("trainer", "cpu-reference", cfg)
+    trainer.optimizer_step()
+    with Remote("rollout", name, cfg) as engine:             # through the wire, in this process
+        return run_sync(cfg, trainer, engine, capture=capture)
+
+
+@pytest.mark.parametrize("capture", [FullRead(), DigestFirst()], ids=["full-read", "digest-first"])
+def test_a_new_engine_runs_through_the_pipeline_and_the_whole_catalog(capture):
+    res = _sync("dict-engine", capture)
+    assert not res.fired and not res.unknown, [(f.invariant_id, f.message) for f in res.findings if f.verdict != "pass"]
+    assert {f.invariant_id for f in res.findings} >= {"S1", "S2", "S3", "S4", "S5", "S6", "S7", "P1", "C1"}
+
+
+def test_the_buggy_variant_is_caught():
+    res = _sync("dict-engine-buggy", DigestFirst())
+    assert {"S2", "S4"} <= set(res.fired) and res.fetched > 0
+
+
+def test_an_engine_missing_part_of_the_protocol_is_refused():
+    class Half:
+        engine = "half"
+        knobs = frozenset()
+
+        def poison(self):
+            pass
+
+    with pytest.raises(EngineError, match="lacks the protocol's install"):
+        register_engine("rollout", "half", Half)
+    with pytest.raises(EngineError, match="unknown rollout engine"):
+        make_engine("rollout", "nope", recommended_config("tiny-dense", "blockwise-fp32"))
