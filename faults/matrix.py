@@ -95,13 +95,23 @@ def matrix_cells(models=None, recipes=None, faults=None) -> list[tuple]:
     return out
 
 
-def run_matrix(models=None, recipes=None, faults=None, workers: int = 1) -> list[Cell]:
+def run_matrix(models=None, recipes=None, faults=None, workers: int = 1, progress=None) -> list[Cell]:
+    """Every cell, in matrix order. `progress(done, total)` is called as cells finish."""
     cells = matrix_cells(models, recipes, faults)
+    out = []
     if workers <= 1:
-        return [run_cell(FAULTS[n] if n else None, m, r) for n, m, r in cells]
+        for i, (n, m, r) in enumerate(cells):
+            out.append(run_cell(FAULTS[n] if n else None, m, r))
+            if progress:
+                progress(i + 1, len(cells))
+        return out
     from concurrent.futures import ProcessPoolExecutor
     with ProcessPoolExecutor(workers) as ex:
-        return list(ex.map(_run_named, cells, chunksize=4))
+        for i, c in enumerate(ex.map(_run_named, cells, chunksize=4)):
+            out.append(c)
+            if progress:
+                progress(i + 1, len(cells))
+    return out
 
 
 def _run_named(args) -> Cell:

@@ -44,8 +44,14 @@ def load_yaml(path: str) -> dict:
     if not os.path.isfile(path):
         raise UsageError(f"{path}: no such file")
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte {e.start}); a job config is YAML text") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot be read ({e.strerror or e.__class__.__name__})") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -95,6 +101,8 @@ def cmd_snapshot(args) -> int:
     if args.engine != "cpu":
         raise UsageError(f"--engine {args.engine}: only the cpu reference writes snapshots here; live engines "
                          f"are checked with `fp8check live`")
+    from ..snapshot import prepare_out_dir
+    prepare_out_dir(args.out)
     config = build_config(args)
     from .snapshot import write_reference_snapshot
     summary = write_reference_snapshot(config, args.out, steps=args.steps)
@@ -104,12 +112,50 @@ def cmd_snapshot(args) -> int:
 
 def cmd_verify(args) -> int:
     from .snapshot import verify_dir
+    out_file(args.junit, "--junit")
     return verify_dir(args.dir, as_json=args.json, junit=args.junit, allow_unknown=args.allow_unknown)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and a hint), not the usage block."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def count(minimum: int):
+    """argparse type: an integer >= minimum."""
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"{n} must be >= {minimum}")
+        return n
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def out_file(path: str | None, what: str) -> str | None:
+    """Check an output file's path before anything is computed: its directory exists and is writable, and the
+    path is not a directory."""
+    if path is None:
+        return None
+    d = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"{what} {path}: is a directory; give a file path")
+    if not os.path.isdir(d):
+        raise UsageError(f"{what} {path}: directory {d} does not exist")
+    if not os.access(d, os.W_OK):
+        raise UsageError(f"{what} {path}: directory {d} is not writable")
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fp8check", description="Correctness harness for FP8 RL weight sync.")
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    p = OneLineParser(prog="fp8check", description="Correctness harness for FP8 RL weight sync.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=OneLineParser)
 
     c = sub.add_parser("catalog", help="list every invariant: id, family, condition, faults that trip it")
     c.add_argument("--json", action="store_true")
@@ -119,14 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", help="SyncConfig YAML (nested or dotted keys)")
         sp.add_argument("--model", choices=sorted(MODELS), default=model_default)
         sp.add_argument("--recipe", choices=sorted(RECIPES))
-        sp.add_argument("--seed", type=int)
+        sp.add_argument("--seed", type=count(0))
         sp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
 
     s = sub.add_parser("snapshot", help="run one reference sync and write a snapshot directory")
     s.add_argument("--engine", default="cpu", choices=["cpu", "vllm"])
     cfg_args(s, model_default="tiny-dense")
     s.add_argument("--sync", choices=["onpolicy", "naive"])
-    s.add_argument("--steps", type=int, default=1, help="optimizer steps before the sync under test")
+    s.add_argument("--steps", type=count(1), default=1, help="optimizer steps before the sync under test")
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_snapshot)
 
@@ -144,11 +190,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quiet_stdout():
+    """The reader went away (`fp8check catalog --json | head`): drop what is left, quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        return args.fn(args)
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        rc = args.fn(args)
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141                      # 128 + SIGPIPE, as a Unix tool killed by a closed pipe
     except BAD_INPUT as e:
         print(f"fp8check {args.cmd}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

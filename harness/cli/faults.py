@@ -15,10 +15,16 @@ VERDICT_STYLE = {"caught": "green", "pass": "green", "n/a": "dim", "missed": "bo
                  "error": "bold red"}
 
 
+def _count(minimum):
+    from . import count
+    return count(minimum)
+
+
 def run(args) -> int:
     import faults as fault_pkg
     from faults.matrix import run_matrix, summary
     from .. import cli
+    cli.out_file(args.junit, "--junit")
     for m in args.model or []:
         if m not in MODELS:
             raise cli.UsageError(f"--model {m}: unknown model; choose from {', '.join(MODELS)}")
@@ -39,7 +45,7 @@ def run(args) -> int:
         return 0
     workers = args.workers or min(len(os.sched_getaffinity(0)), 8)
     t0 = time.perf_counter()
-    cells = run_matrix(args.model, args.recipe, args.fault, workers=workers)
+    cells = _run_with_progress(args, workers, run_matrix)
     wall = time.perf_counter() - t0
     s = summary(cells)
     s["seconds"] = round(wall, 1)
@@ -58,10 +64,13 @@ def run(args) -> int:
                       f"[{VERDICT_STYLE.get(c.verdict, '')}]{c.verdict}[/]" + (f" ({c.detail[:60]})" if c.verdict == "error" else ""))
         con = console()
         con.print(t)
+        if any(c.unknown for c in cells):
+            con.print("[dim]fired: invariants that failed; ?X: X could not decide (unknown, never counted as a "
+                      "pass)[/]", soft_wrap=True)
         ok = "[green]OK[/]" if s["ok"] else "[bold red]FAILED[/]"
         con.print(f"{ok}: {s['caught']} faults caught, {s['missed']} missed, {s['clean_pass']} clean runs pass, "
                   f"{s['false_alarms']} false alarms, {s['errors']} errors; {s['applicable']} applicable of "
-                  f"{s['cells']} cells in {wall:.1f} s on {workers} worker(s)")
+                  f"{s['cells']} cells in {wall:.1f} s on {workers} worker(s)", soft_wrap=True)
     if args.junit:
         cases = [(f"faults.{c.model}.{c.recipe}", c.fault or "clean",
                   "pass" if c.ok else ("unknown" if c.verdict == "error" else "fail"),
@@ -72,12 +81,27 @@ def run(args) -> int:
     return 0 if s["ok"] else 1
 
 
+def _run_with_progress(args, workers, run_matrix):
+    """A progress bar on a terminal (the matrix takes tens of seconds); nothing extra when piped or with --json."""
+    import sys
+    if args.json or not sys.stderr.isatty():
+        return run_matrix(args.model, args.recipe, args.fault, workers=workers)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn("fault matrix"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=True) as bar:
+        task = bar.add_task("cells", total=None)
+
+        def tick(done, total):
+            bar.update(task, completed=done, total=total)
+        return run_matrix(args.model, args.recipe, args.fault, workers=workers, progress=tick)
+
+
 def register(sub):
     p = sub.add_parser("faults", help="run the CPU fault-injection matrix")
     p.add_argument("--model", action="append", help="tiny model (repeatable; default all)")
     p.add_argument("--recipe", action="append", help="recipe (repeatable; default all)")
     p.add_argument("--fault", action="append", help="only this fault (repeatable; default all)")
-    p.add_argument("--workers", type=int, help="processes (default: CPU count, at most 8)")
+    p.add_argument("--workers", type=_count(1), help="processes (default: CPU count, at most 8)")
     p.add_argument("--all", action="store_true", help="also list cells where a fault does not apply")
     p.add_argument("--list", action="store_true", help="list the faults and exit")
     p.add_argument("--json", action="store_true")

@@ -10,8 +10,14 @@ from rich.table import Table
 from .report import console
 
 
+def _count(minimum):
+    from . import count
+    return count(minimum)
+
+
 def run(args) -> int:
-    from . import UsageError, build_config
+    from . import UsageError, build_config, out_file
+    out_file(args.out, "--out")
     config = build_config(args)
     try:
         import torch
@@ -77,7 +83,7 @@ def render(report: dict, config, args, workdir: str) -> int:
 def register(sub, cfg_args):
     p = sub.add_parser("live", help="(GPU) trainer + vLLM, checked syncs, probes and live faults")
     cfg_args(p, model_default="tiny-dense")
-    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--steps", type=_count(0), default=2)
     p.add_argument("--faults", nargs="*", help="fault names, or 'all' for every live-injectable fault")
     p.add_argument("--trainer", choices=["megatron", "cpu-reference"], default="megatron",
                    help="registered trainer engine (cpu-reference: the CPU mirror feeding the real vLLM)")

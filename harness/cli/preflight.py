@@ -83,8 +83,11 @@ def run(args) -> int:
     for k, v in parse_sets(args.set).items():
         data[k] = v
     env = dict(os.environ)
-    for k, v in parse_sets(args.env, "--env").items():
-        env[k] = "" if v is None else str(int(v) if isinstance(v, bool) else v)
+    for item in args.env or []:             # environment values are strings, taken literally (not YAML)
+        if "=" not in item:
+            raise UsageError(f"--env {item!r}: expected NAME=VALUE")
+        k, v = item.split("=", 1)
+        env[k.strip()] = v
     if args.gpu not in ("auto", "sm90", "sm100", "sm120"):
         raise UsageError(f"--gpu {args.gpu}: expected sm90, sm100, sm120 or auto")
     job = parse_job(data, env, args.gpu, source=args.config)

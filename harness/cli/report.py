@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from xml.sax.saxutils import escape, quoteattr
 
@@ -13,7 +14,12 @@ STYLE = {"pass": "green", "fail": "bold red", "unknown": "yellow", "ok": "green"
 
 
 def console(stream=None) -> Console:
-    return Console(file=stream or sys.stdout, width=160, highlight=False, soft_wrap=False)
+    """Tables follow the terminal's width; piped into a log they are 120 columns (COLUMNS overrides), and summary
+    lines are printed with soft wrap so a log keeps each on one line."""
+    stream = stream or sys.stdout
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    width = None if tty else int(os.environ.get("COLUMNS", "120") or 120)
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False, force_terminal=None if tty else False)
 
 
 def _evidence_line(ev: dict) -> str:
