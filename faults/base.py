@@ -8,6 +8,8 @@ invariants it must trip. Faults never import checks' internals; checks never imp
   buckets  apply(config, buckets) -> buckets                transport damage (pure function over bytes)
   engine   knobs={...}: injected into a running engine for one install (harness.engines.protocol.KNOBS), or
            apply(config) -> rollout engine built differently (another ignored_layers, a broken shard map)
+  serving  knobs={...}: the serving cycle before the install (protocol.SERVING_KNOBS: sleep level, a
+           generation served after the wake before the sync)
 
 `ctx` is a harness.sync.pipeline.FaultContext (previous export, masters, the export under Megatron names).
 Whether a fault can be injected into running engines is derived from its stage, knobs and setup
@@ -45,7 +47,7 @@ class Fault:
     def __post_init__(self):
         if self.stage not in STAGES:
             raise ValueError(f"fault {self.name}: unknown stage {self.stage!r}")
-        needs_apply = not (self.stage == "engine" and self.knobs)
+        needs_apply = not (self.stage in ("engine", "serving") and self.knobs)
         if (self.apply is not None) != needs_apply:
             raise ValueError(f"fault {self.name}: an engine fault has knobs or an engine factory; others an apply")
 
@@ -61,7 +63,7 @@ class Fault:
         change), knobs the running engine supports, and a target in this model."""
         if self.stage == "config" or (self.stage == "engine" and not self.knobs):
             return False
-        if self.knobs and not set(self.knobs) <= set(engine_knobs):
+        if self.stage == "engine" and not set(self.knobs) <= set(engine_knobs):
             return False
         if not self.applies(config):
             return False

@@ -11,7 +11,7 @@ from harness.engines.protocol import EngineError
 from harness.formats import RECIPES
 from harness.layouts import LayoutError
 from harness.models import MODELS
-from harness.sync.pipeline import fault_config, reference_sync
+from harness.sync.pipeline import fault_config, reference_differential, reference_sync
 from invariants import REGISTRY, CheckContext, FAIL, UNKNOWN, run_catalog
 
 from .base import FAULTS, Fault
@@ -52,7 +52,10 @@ def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool
     if fault is not None and not probes:
         ids = [i for i, inv in REGISTRY.items() if inv.family == "sync" or inv.scope == "config" or i in fault.trips]
     try:
-        res, _, _ = reference_sync(config, fault=fault, check_ids=ids)
+        if fault is None or "R3" in fault.trips:       # clean runs include the cold-vs-warm differential
+            res, _, _ = reference_differential(config, fault=fault, check_ids=ids)
+        else:
+            res, _, _ = reference_sync(config, fault=fault, check_ids=ids)
     except (LayoutError, EngineError, ConfigError) as e:
         # the engines cannot even be built from this configuration: the static rules must say why
         return run_catalog(CheckContext(config), families=STATIC_FAMILIES, static_only=True), f"sync impossible: {e}"

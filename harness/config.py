@@ -13,6 +13,7 @@ from .models import LINEAR, ModelError, ModelSpec, get_model
 
 SYNC_MODES = ("onpolicy", "naive")
 INSTALL_PATHS = ("reload", "load_weights")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")     # vLLM 0.26 raises for fp8_e5m2 with an FP8 checkpoint
 
 
 class ConfigError(ValueError):
@@ -41,6 +42,13 @@ class RolloutConfig:
     install: str = "reload"          # reload (layerwise reload_weights) | load_weights (direct, first load only)
     moe_backend: str = "triton"      # sm90 default for block-FP8 MoE; "deep_gemm" when VLLM_USE_DEEP_GEMM is exported
     weight_block_size: tuple | None = None   # engine quantization_config.weight_block_size; None: the recipe's
+    # how the engine serves (the engine as RL stacks run it)
+    kv_cache_dtype: str = "auto"     # auto (model dtype) | fp8 | fp8_e4m3: the rollout KV cache
+    kv_scale: float = 1.0            # the KV-cache scale the kernels must read (uncalibrated checkpoint: 1.0)
+    pin_kv_scales: bool = True       # the engine adapter sets the KV scales to kv_scale after boot and every wake
+    cuda_graphs: bool = False        # decode replays captured CUDA graphs (vLLM's default path; eager when False)
+    sleep_mode: bool = False         # the engine sleeps (level 1 / 2) while the colocated trainer runs
+    prefix_caching: bool = True      # vLLM's default; the engine resets the prefix cache after every weight sync
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,10 @@ class SyncConfig:
             raise ConfigError(f"sync_mode: {self.sync_mode!r} is not one of {SYNC_MODES}")
         if self.rollout.install not in INSTALL_PATHS:
             raise ConfigError(f"rollout.install: {self.rollout.install!r} is not one of {INSTALL_PATHS}")
+        if self.rollout.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ConfigError(f"rollout.kv_cache_dtype: {self.rollout.kv_cache_dtype!r} is not one of {KV_CACHE_DTYPES}")
+        if not self.rollout.kv_scale > 0:
+            raise ConfigError(f"rollout.kv_scale must be > 0, got {self.rollout.kv_scale!r}")
         if self.rollout.moe_backend not in ("triton", "deep_gemm"):
             raise ConfigError(f"rollout.moe_backend: {self.rollout.moe_backend!r} is not one of ('triton', 'deep_gemm')")
         for k in ("trainer", "rollout"):
@@ -149,6 +161,10 @@ class SyncConfig:
     def requant_ue8m0(self) -> bool:
         """The engine requantizes block-FP8 weights to UE8M0 after loading (DeepGEMM + E8M0 mode)."""
         return self.recipe.granularity == "block" and self.rollout.use_deep_gemm and self.deep_gemm_e8m0
+
+    @property
+    def fp8_kv_cache(self) -> bool:
+        return self.rollout.kv_cache_dtype.startswith("fp8")
 
     @property
     def lora_adapter_only(self) -> bool:

@@ -76,15 +76,34 @@ class KVScale:
 
 
 @dataclass
+class WakeEvent:
+    """The last sleep/wake cycle: its level, which parameters' bytes the wake did not restore (level 1 must restore
+    all), and whether a generation was served after a level-2 wake before the next weight sync."""
+    level: int = 1
+    changed: list[str] = field(default_factory=list)
+    generated_before_sync: bool = False
+    synced_since: bool = False
+
+
+@dataclass
+class Outputs:
+    """What the engine serves on fixed prompts (the cold-vs-warm differential compares these)."""
+    greedy: list[list[int]] = field(default_factory=list)
+    prompt_logprobs: list[list[float]] = field(default_factory=list)
+
+
+@dataclass
 class ServingState:
-    """What the engine serves with beside the weights (issue: the engine as RL stacks run it)."""
+    """What the engine serves with beside the weights (the engine as RL stacks run it)."""
     cuda_graphs: bool = False
     kv_cache_dtype: str = "auto"
-    kv_scales: dict[str, KVScale] | None = None        # attention layer -> scales (None: not read)
-    graph_buffers: dict[str, int] | None = None         # graph-visible tensor -> data_ptr at capture
-    graph_buffers_moved: list[str] | None = None        # graph-visible tensors whose storage moved since capture
-    sleep_level: int = 0                                # 0 awake; 1 / 2 asleep at that level
-    phase: str = ""                                     # boot | sync | wake: when this state was read
+    kv_scales: dict[str, KVScale] | None = None        # attention layer -> scales now (None: not read)
+    boot_kv_scales: dict[str, KVScale] | None = None   # as the engine left them at boot, before any pinning
+    graph_storage: int | None = None                   # graph-visible tensors watched (params, buffers, KV cache)
+    graph_storage_moved: list[str] | None = None       # graph-visible tensors whose storage moved since capture
+    sleep_level: int = 0                               # 0 awake; 1 / 2 asleep at that level
+    wake: WakeEvent | None = None
+    outputs: Outputs | None = None
 
 
 @dataclass
@@ -159,5 +178,5 @@ class PayloadMeta:
         return from_data(cls, data, where)
 
 
-__all__ = ["ACT_QUANT_KINDS", "EngineRecord", "Generation", "KVScale", "POST_LOAD_KINDS", "PayloadMeta", "PostLoad",
-           "Resync", "SchemaError", "ServingState", "TrainerRecord", "UpdateRecord"]
+__all__ = ["ACT_QUANT_KINDS", "EngineRecord", "Generation", "KVScale", "Outputs", "POST_LOAD_KINDS", "PayloadMeta",
+           "PostLoad", "Resync", "SchemaError", "ServingState", "TrainerRecord", "UpdateRecord", "WakeEvent"]

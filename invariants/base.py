@@ -42,6 +42,7 @@ class CheckContext:
     probes: dict | None = None           # policy-probe metrics (P family)
     probe_bounds: dict | None = None     # P bounds calibrated on a verified pass (default: field thresholds)
     job: object = None                   # a parsed RL job config (harness.jobconfig.Job): the job rules read it
+    cold: Snapshot | None = None         # a fresh engine given the same sync (the cold-vs-warm differential)
 
     def trainer_value(self, name: str):
         """One trainer tensor as fp32 values (FP8 dequantized), computed on demand and kept; None if absent."""
@@ -83,12 +84,16 @@ class Invariant:
     source: str = ""                    # where the rule comes from (a stack's file it mirrors, a field report)
     why: str = ""                       # why it exists and what to change (`fp8check preflight --explain`)
     severity: str = "error"             # error | warning: how pre-flight reports a failing job rule
+    applies: Callable | None = None     # config -> bool: the condition exists in this configuration at all
 
     @property
     def scope(self) -> str:
-        """sync: judges snapshots of a sync; config: the SyncConfig alone; job: an RL job's own keys."""
+        """sync: judges snapshots of a sync; config: the SyncConfig alone; job: an RL job's own keys;
+        differential: a warm engine against a cold one given the same weights."""
         if "job" in self.needs:
             return "job"
+        if "cold" in self.needs:
+            return "differential"
         return "sync" if self.needs else "config"
 
 
@@ -96,13 +101,13 @@ REGISTRY: dict[str, Invariant] = {}
 
 
 def invariant(id: str, family: str, title: str, condition: str, needs: tuple[str, ...] = (), live: bool = True,
-              source: str = "", why: str = "", severity: str = "error"):
+              source: str = "", why: str = "", severity: str = "error", applies: Callable | None = None):
     def deco(fn):
         if id in REGISTRY:
             raise ValueError(f"invariant id {id} registered twice")
         if severity not in ("error", "warning"):
             raise ValueError(f"invariant {id}: severity must be error or warning")
-        REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live, source, why, severity)
+        REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live, source, why, severity, applies)
         return fn
     return deco
 
@@ -141,10 +146,15 @@ def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: I
     fams = set(families) if families is not None else None
     out = []
     for inv in REGISTRY.values():
-        if static_only and inv.scope == "sync":
+        if static_only and inv.scope in ("sync", "differential"):
             continue
-        if inv.scope == "job" and ctx.job is None and (ids is None or inv.id not in ids):
+        explicit = ids is not None and inv.id in ids
+        if inv.scope == "job" and ctx.job is None and not explicit:
             continue
+        if inv.scope == "differential" and ctx.cold is None and not explicit:
+            continue
+        if inv.applies is not None and not inv.applies(ctx.config) and not explicit:
+            continue                    # the condition does not exist in this configuration
         if ids is not None and inv.id not in ids:
             continue
         if fams is not None and inv.family not in fams:

@@ -21,7 +21,15 @@ Item = tuple[str, torch.Tensor, int]
 #   post_process_repeats  int   how many times post-load processing runs per completed module (1 = correct)
 #   detach_on_install     bool  write loaded weights into new tensors instead of the captured storage
 #   generate_during_update int  serve one generation request after this many loads of an update
-KNOBS = ("post_process_repeats", "detach_on_install", "generate_during_update")
+#   kv_scale_placeholder  float a reload leaves one layer's KV-cache k scale at this placeholder value
+#   realloc_buffer        bool  a reload rebinds a graph-visible buffer to new storage
+#   keep_prefix_cache     bool  the prefix cache is not reset after the weight sync
+KNOBS = ("post_process_repeats", "detach_on_install", "generate_during_update", "kv_scale_placeholder",
+         "realloc_buffer", "keep_prefix_cache")
+# Serving-cycle knobs the pipeline turns itself (faults of stage "serving", harness.sync.pipeline.serving_cycle):
+#   sleep_level           int   sleep at this level and wake before the sync
+#   generate_before_sync  bool  serve a generation after the wake, before the weights are synced again
+SERVING_KNOBS = ("sleep_level", "generate_before_sync")
 
 
 class EngineError(RuntimeError):
@@ -91,4 +99,4 @@ def missing_surface(kind: str, cls) -> list[str]:
     return out
 
 
-__all__ = ["ATTRIBUTES", "EngineError", "Item", "KNOBS", "REQUIRED", "RolloutEngine", "TrainerEngine", "missing_surface"]
+__all__ = ["ATTRIBUTES", "EngineError", "Item", "KNOBS", "REQUIRED", "SERVING_KNOBS", "RolloutEngine", "TrainerEngine", "missing_surface"]

@@ -101,6 +101,11 @@ class Remote:
         self.engine = self._get("engine")
         self.knobs = frozenset(self._get("knobs")) if kind == "rollout" else frozenset()
 
+    @property
+    def in_ray(self) -> bool:
+        """True when the engine runs in a Ray actor (its own process)."""
+        return self._ray is not None
+
     def _wait(self, ref):
         return self._ray.get(ref) if self._ray is not None else ref
 

@@ -20,7 +20,7 @@ import torch
 
 from ..config import SyncConfig
 from ..layouts import engine_module, rank_name, weight_of_scale
-from ..record import EngineRecord, Generation, ServingState, UpdateRecord
+from ..record import EngineRecord, Generation, KVScale, Outputs, ServingState, UpdateRecord, WakeEvent
 from .protocol import EngineError
 from .versions import param_versions, served_versions, versions_meta
 from .vllm_extension import WORKER_EXTENSION
@@ -52,10 +52,29 @@ def write_model_dir(config: SyncConfig, path: str, ignored_layers=None) -> str:
     return path
 
 
+def serving_kwargs(config: SyncConfig) -> dict:
+    """vllm.LLM arguments for how the config says the engine serves. CUDA graphs without torch.compile
+    (`mode` 0 keeps eager's kernels; vLLM silently drops PIECEWISE graphs then, so FULL graphs are asked for),
+    a few capture sizes to keep start-up short: decode batches of up to 8 sequences replay graphs."""
+    r = config.rollout
+    kw = {"enforce_eager": not r.cuda_graphs, "kv_cache_dtype": r.kv_cache_dtype,
+          "enable_prefix_caching": r.prefix_caching}
+    if r.cuda_graphs:
+        kw["compilation_config"] = {"mode": 0, "cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 2, 4, 8]}
+    if r.sleep_mode:
+        kw["enable_sleep_mode"] = True
+    return kw
+
+
+def _kv(d: dict) -> dict:
+    return {layer: KVScale(v.get("k"), v.get("v"), v.get("q"), v.get("prob")) for layer, v in d.items()}
+
+
 class VLLMEngine:
     """One vLLM engine in this process (the remote wrapper runs it inside a Ray actor)."""
     engine = "vllm-0.26"
-    knobs = frozenset(("post_process_repeats", "detach_on_install"))
+    knobs = frozenset(("post_process_repeats", "detach_on_install", "kv_scale_placeholder", "realloc_buffer",
+                       "keep_prefix_cache"))
 
     def __init__(self, config: SyncConfig, workdir: str | None = None, gpu_memory_utilization: float = 0.12,
                  seed: int = 0, ignored_layers=None, llm=None, **llm_kwargs):
@@ -64,6 +83,7 @@ class VLLMEngine:
         self.config = config
         self.tp = config.rollout.tp_size
         self.ignored_layers = list(config.ignored_layers if ignored_layers is None else ignored_layers)
+        llm_kwargs = {**serving_kwargs(config), **llm_kwargs}
         self.cuda_graphs = not llm_kwargs.get("enforce_eager", True)
         if llm is None:
             for k, v in engine_env(config).items():
@@ -76,7 +96,7 @@ class VLLMEngine:
             workdir = workdir or tempfile.mkdtemp(prefix="fp8check-vllm-")
             self.model_dir = write_model_dir(config, os.path.join(workdir, f"{config.model}-model"),
                                              self.ignored_layers)
-            kw = dict(model=self.model_dir, load_format="dummy", enforce_eager=True,
+            kw = dict(model=self.model_dir, load_format="dummy",
                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=256, max_num_seqs=8,
                       max_num_batched_tokens=512, skip_tokenizer_init=True, dtype="bfloat16",
                       attention_backend="TRITON_ATTN", seed=seed, tensor_parallel_size=self.tp,
@@ -89,6 +109,10 @@ class VLLMEngine:
         self.updates: list[UpdateRecord] = []
         self.generations: list[Generation] = []
         self.poisoned = False
+        self.boot_kv_scales = _kv(self.rpc("fp8check_kv_scales")[0])     # what vLLM left at boot
+        if config.rollout.pin_kv_scales:
+            self.rpc("fp8check_pin_kv_scales", float(config.rollout.kv_scale))
+        self.sleep_level, self.wake_event, self.outputs, self._pre_sleep = 0, None, None, None
 
     def rpc(self, method: str, *args):
         return self.llm.collective_rpc(method, args=args)
@@ -119,6 +143,8 @@ class VLLMEngine:
         unknown = set(knobs) - self.knobs
         if unknown:
             raise EngineError(f"{self.engine} cannot inject {sorted(unknown)}")
+        if self.sleep_level:
+            raise EngineError("weights installed while the engine is asleep (wake it first)")
         self.rpc("fp8check_reset_counts", int(knobs.get("post_process_repeats", 1)))
         rec = UpdateRecord(version)
         self.updates.append(rec)
@@ -142,6 +168,12 @@ class VLLMEngine:
             for r, vs in enumerate(param_versions(self.config, items)):
                 for n, v in vs.items():
                     self.versions[r][n] = v
+        if not knobs.get("keep_prefix_cache"):
+            self.llm.reset_prefix_cache()        # a weight sync does not reset it in vLLM 0.26
+        if knobs.get("kv_scale_placeholder") is not None or knobs.get("realloc_buffer"):
+            self.rpc("fp8check_serving_fault", knobs)
+        if self.wake_event is not None:
+            self.wake_event.synced_since = True
         return rec
 
     def quantize_online(self, items):
@@ -183,12 +215,55 @@ class VLLMEngine:
                                   if i["meta"]),
             versions=versions_meta(self.versions, self.tp), updates=list(self.updates),
             generations=list(self.generations), post_load=declared_post_load(self.config, fp8),
-            act_quant=declared_act_quant(self.config),
-            serving=ServingState(cuda_graphs=self.cuda_graphs))
+            act_quant=declared_act_quant(self.config), serving=self.serving_state())
+
+    def serving_state(self) -> ServingState:
+        watched, moved = self.rpc("fp8check_graph_moved")[0] if not self.sleep_level else (None, None)
+        return ServingState(cuda_graphs=self.cuda_graphs, kv_cache_dtype=self.config.rollout.kv_cache_dtype,
+                            kv_scales=None if self.sleep_level else _kv(self.rpc("fp8check_kv_scales")[0]),
+                            boot_kv_scales=self.boot_kv_scales, graph_storage=watched, graph_storage_moved=moved,
+                            sleep_level=self.sleep_level, wake=self.wake_event, outputs=self.outputs)
+
+    # -- sleep / wake (enable_sleep_mode) ------------------------------------------------------------------------
+    def sleep(self, level: int = 1):
+        if level not in (1, 2):
+            raise EngineError(f"sleep level must be 1 or 2, got {level}")
+        if self.sleep_level:
+            raise EngineError("the engine is already asleep")
+        self._pre_sleep = self.state_digests()
+        self.llm.sleep(level=level)
+        self.sleep_level = level
+
+    def wake(self):
+        """Wake every pool (weights first is what vLLM needs after level 2), then what an RL stack does after a
+        wake: KV scales pinned again (vLLM 0.26 resets only k/v on the V1 runner, nothing on V2)."""
+        if not self.sleep_level:
+            raise EngineError("the engine is not asleep")
+        self.rpc("fp8check_empty_cache")
+        self.llm.wake_up()
+        level, self.sleep_level = self.sleep_level, 0
+        after = self.state_digests()
+        self.wake_event = WakeEvent(level, sorted(n for n in after if after[n] != self._pre_sleep.get(n)))
+        if self.config.rollout.pin_kv_scales:
+            self.rpc("fp8check_pin_kv_scales", float(self.config.rollout.kv_scale))
+
+    def _note_generation(self):
+        if self.sleep_level:
+            raise EngineError("generation requested while the engine is asleep")
+        w = self.wake_event
+        if w is not None and w.level == 2 and not w.synced_since:
+            w.generated_before_sync = True
+
+    def measure_outputs(self, prompts, max_tokens: int = 8) -> Outputs:
+        g = self.greedy(prompts, max_tokens)
+        lp = [[float(x) for x in t] for t in self.generate_logprobs(prompts)]
+        self.outputs = Outputs(g, lp)
+        return self.outputs
 
     def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
         """Teacher-forced log-probs of each prompt's tokens (vLLM prompt_logprobs), as the sampler scores them."""
         from vllm import SamplingParams
+        self._note_generation()
         sp = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=PROMPT_LOGPROBS, detokenize=False)
         outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
         res = []
@@ -200,6 +275,7 @@ class VLLMEngine:
 
     def greedy(self, prompts, max_tokens: int = 8) -> list[list[int]]:
         from vllm import SamplingParams
+        self._note_generation()
         sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, detokenize=False, ignore_eos=True)
         return [list(o.outputs[0].token_ids) for o in
                 self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)]

@@ -84,8 +84,40 @@ class FP8CheckWorkerExtension:
             ps = self._fp8check_params()
             st["graph"] = {n: p.data for n, p in ps.items() if not p.is_meta}
             st["ptrs"] = {n: p.data_ptr() for n, p in ps.items() if not p.is_meta}
+            st["graph_ptrs"] = self._fp8check_graph_ptrs()
         st["layers"] = sorted(self._fp8check_layers())
         return st["layers"]
+
+    def _fp8check_attention(self) -> dict:
+        """Attention layer name -> module (the layers holding KV-cache scales and a KV cache)."""
+        return {n: m for n, m in self._fp8check_model().named_modules()
+                if hasattr(m, "kv_cache_dtype") and hasattr(m, "_k_scale")}
+
+    def _fp8check_graph_ptrs(self) -> dict:
+        """Every tensor a captured CUDA graph reads by pointer: parameters, buffers, KV-cache tensors."""
+        model = self._fp8check_model()
+        out = {n: p.data_ptr() for n, p in model.named_parameters() if not p.is_meta}
+        out.update({n: b.data_ptr() for n, b in model.named_buffers() if b is not None and not b.is_meta})
+        for name, m in self._fp8check_attention().items():
+            kv = getattr(m, "kv_cache", None)
+            kvs = kv if isinstance(kv, (list, tuple)) else [kv]
+            for i, t in enumerate(kvs):
+                if isinstance(t, torch.Tensor) and t.numel():
+                    out[f"{name}.kv_cache[{i}]"] = t.data_ptr()
+        return out
+
+    def fp8check_graph_moved(self) -> tuple:
+        """(tensors watched, graph-visible tensors whose storage moved since the graphs were captured)."""
+        before = self._fp8check()["graph_ptrs"] or {}
+        now = self._fp8check_graph_ptrs()
+        return len(before), sorted(n for n, p in before.items() if now.get(n) != p)
+
+    def fp8check_rewatch_graph(self) -> int:
+        """Re-read graph pointers (after the engine captured its graphs: instrumentation runs before capture on
+        some paths). Idempotent; returns how many tensors are watched."""
+        st = self._fp8check()
+        st["graph_ptrs"] = self._fp8check_graph_ptrs()
+        return len(st["graph_ptrs"])
 
     def fp8check_reset_counts(self, repeats: int = 1) -> bool:
         st = self._fp8check()
@@ -143,17 +175,53 @@ class FP8CheckWorkerExtension:
     def fp8check_kv_scales(self) -> dict:
         """Attention layer -> its KV-cache scales as the kernels read them (floats; None where absent)."""
         out = {}
-        for name, m in self._fp8check_model().named_modules():
-            if not hasattr(m, "kv_cache_dtype") or not hasattr(m, "_k_scale"):
-                continue
+        for name, m in self._fp8check_attention().items():
             rec = {}
             for key, attr in (("k", "_k_scale"), ("v", "_v_scale"), ("q", "_q_scale"), ("prob", "_prob_scale")):
                 t = getattr(m, attr, None)
                 rec[key] = float(t.detach().float().reshape(-1)[0]) if isinstance(t, torch.Tensor) and t.numel() \
                     else None
-            rec["kv_cache_dtype"] = str(m.kv_cache_dtype)
             out[name] = rec
         return out
+
+    # -- serving setup (fp8check's own engine: what an RL stack does after boot and every wake) --------------------
+    def fp8check_pin_kv_scales(self, value: float = 1.0) -> int:
+        """Set every KV-cache scale buffer (and its float / CPU mirrors) to `value`, in place (the storage captured
+        graphs read stays). vLLM 0.26's dummy boot can leave them at a tiny random value."""
+        n = 0
+        with torch.no_grad():
+            for m in self._fp8check_attention().values():
+                for attr in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
+                    t = getattr(m, attr, None)
+                    if isinstance(t, torch.Tensor):
+                        t.fill_(value)
+                for attr in ("_k_scale_float", "_v_scale_float", "_q_scale_float", "_prob_scale_float"):
+                    if hasattr(m, attr):
+                        setattr(m, attr, float(value))
+                for attr in ("_k_scale_cpu", "_v_scale_cpu"):
+                    t = getattr(m, attr, None)
+                    if isinstance(t, torch.Tensor):
+                        t.fill_(value)
+                n += 1
+        return n
+
+    def fp8check_empty_cache(self) -> bool:
+        """Before a wake: return cached blocks so the allocator can map the pools back at their addresses."""
+        torch.cuda.empty_cache()
+        return True
+
+    def fp8check_serving_fault(self, knobs: dict) -> bool:
+        """Fault knobs a broken reload turns (harness.engines.protocol.KNOBS), applied after an install."""
+        with torch.no_grad():
+            if knobs.get("kv_scale_placeholder") is not None:
+                first = next(iter(self._fp8check_attention().values()))
+                first._k_scale.fill_(float(knobs["kv_scale_placeholder"]))
+            if knobs.get("realloc_buffer"):
+                model = self._fp8check_model()
+                name, buf = next((n, b) for n, b in model.named_buffers() if n.endswith("cos_sin_cache"))
+                owner = model.get_submodule(name.rsplit(".", 1)[0])
+                owner._buffers[name.rsplit(".", 1)[1]] = buf.clone()
+        return True
 
     # -- the sync (fp8check's own engine only) ----------------------------------------------------------------------
     def fp8check_poison(self) -> bool:

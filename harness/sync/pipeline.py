@@ -14,6 +14,8 @@ Fault stages (a fault is any object with `stage`, `apply`, `params`, `setup`, an
   payload  (config, payload, ctx) -> payload        sender / wire bugs (pure function over the payload)
   buckets  (config, buckets) -> buckets             transport damage (pure function over bytes)
   engine   knobs injected into a running engine for one install, or (config) -> engine built differently
+  serving  knobs of the serving cycle before the install (`serving_cycle`: sleep at a level, wake, perhaps serve
+           before the sync), for engines in sleep mode
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from .capture import Captured, DigestFirst, FullRead
 from .payload import Payload, build_payload
 from .transport import ReceiveReport, pack, unpack
 
-STAGES = ("config", "trainer", "payload", "buckets", "engine")
+STAGES = ("config", "trainer", "payload", "buckets", "engine", "serving")
 
 
 @dataclass
@@ -97,6 +99,16 @@ def fault_config(config: SyncConfig, fault) -> SyncConfig:
     return config
 
 
+def serving_cycle(rollout, knobs: dict, prompts=None):
+    """Sleep at `sleep_level` and wake (what a colocated RL loop does around every train step); with
+    `generate_before_sync`, serve a generation after the wake before the next weight sync (the fault)."""
+    rollout.sleep(int(knobs.get("sleep_level", 1)))
+    rollout.wake()
+    if knobs.get("generate_before_sync"):
+        from invariants.probes import prompts_for
+        rollout.generate_logprobs(prompts or prompts_for(2048)[:1])
+
+
 def builds_engine(fault) -> bool:
     """An engine-stage fault that needs an engine built differently (not knobs on a running one)."""
     return fault is not None and fault.stage == "engine" and not fault.knobs
@@ -148,6 +160,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     if naive:
         items = rollout.quantize_online(items)
     knobs = dict(fault.knobs) if stage == "engine" and fault.knobs else None
+    if stage == "serving":
+        serving_cycle(rollout, fault.knobs, prompts)
     t1 = time.perf_counter()
     if poison:
         rollout.poison()
@@ -190,6 +204,30 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     return res
 
 
+def cold_warm(config: SyncConfig, trainer, warm, cold, *, fault=None, capture=None, prompts=None,
+              max_tokens: int = 8, previous=None, check_ids=None) -> SyncResult:
+    """The cold-vs-warm differential (R3): sync the trainer's current weights into `warm` (an engine that held
+    other weights) and into `cold` (a fresh engine), measure both engines' outputs on fixed prompts, and run the
+    catalog on the warm sync with the cold engine beside it."""
+    from invariants import run_catalog
+    prompts = prompts or differential_prompts(config.spec.vocab_size)
+    res = run_sync(config, trainer, warm, fault=fault, capture=capture, previous=previous, checks=False)
+    warm.measure_outputs(prompts, max_tokens)
+    res.rollout.meta.serving = warm.record().serving
+    cres = run_sync(config, trainer, cold, capture=capture, previous=previous, checks=False, master=False)
+    cold.measure_outputs(prompts, max_tokens)
+    cres.rollout.meta.serving = cold.record().serving
+    ctx = res.context()
+    ctx.cold = cres.rollout
+    res.findings = run_catalog(ctx, ids=check_ids)
+    return res
+
+
+def differential_prompts(vocab: int, n: int = 3, length: int = 40) -> list[list[int]]:
+    """Fixed prompts long enough to fill whole KV-cache blocks (vLLM caches prefixes in 16-token blocks)."""
+    return [[(17 * i + 31 * j + 7) % vocab for j in range(length)] for i in range(n)]
+
+
 def reference_engines(config: SyncConfig, fault=None):
     """The CPU reference trainer and rollout for `config` (a rollout built by the fault when it must be)."""
     from ..engines.registry import make_engine
@@ -197,6 +235,21 @@ def reference_engines(config: SyncConfig, fault=None):
     rollout = fault.apply(config, **fault.params) if builds_engine(fault) else \
         make_engine("rollout", "cpu-reference", config)
     return trainer, rollout
+
+
+def reference_differential(config: SyncConfig, *, fault=None, check_ids=None) -> tuple[SyncResult, object, object]:
+    """The cold-vs-warm differential with the reference engines: a warm engine syncs step 1 and serves the fixed
+    prompts, the trainer steps, then step 2 goes (through `fault`) into the warm engine and into a fresh one."""
+    from ..engines.registry import make_engine
+    trainer, warm = reference_engines(config, fault)
+    trainer.optimizer_step()
+    run_sync(config, trainer, warm, checks=False, master=False)
+    warm.measure_outputs(differential_prompts(config.spec.vocab_size))
+    previous = trainer.export_hf()
+    trainer.optimizer_step()
+    cold = make_engine("rollout", "cpu-reference", config)
+    res = cold_warm(config, trainer, warm, cold, fault=fault, previous=previous, check_ids=check_ids)
+    return res, trainer, warm
 
 
 def reference_sync(config: SyncConfig, *, steps: int = 1, fault=None, **kw) -> tuple[SyncResult, object, object]:

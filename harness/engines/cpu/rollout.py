@@ -36,6 +36,7 @@ from ...numerics import TRANSFORMS
 from ...numerics.forward import Weights, act_quant, token_logprobs
 from ...record import EngineRecord, Generation, UpdateRecord
 from ..protocol import EngineError
+from .serving import ServingMirror
 from ..versions import served_versions, versions_meta
 from ..vllm_numerics import declared_act_quant, declared_post_load, vllm_online_quant
 
@@ -49,10 +50,11 @@ def _dummy(shape: tuple, dtype: torch.dtype, seed: int) -> torch.Tensor:
     return torch.empty(shape, dtype=dt).uniform_(-1e-3, 1e-3, generator=g).to(dtype)
 
 
-class ReferenceRollout:
+class ReferenceRollout(ServingMirror):
     engine = "cpu-reference-vllm"
-    knobs = frozenset(("post_process_repeats", "detach_on_install", "generate_during_update"))
-    DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None}
+    DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None,
+                     "kv_scale_placeholder": None, "realloc_buffer": False, "keep_prefix_cache": False}
+    knobs = frozenset(DEFAULT_KNOBS)
 
     def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234, shard_rank=None):
         """`ignored_layers`: the engine's own exclusion list (default: the config's). `shard_rank(name, rank)`:
@@ -77,6 +79,7 @@ class ReferenceRollout:
         self.generations: list[dict] = []
         self._updating = False
         self._init_state(seed)
+        self._init_serving(seed)
 
     # -- construction --------------------------------------------------------------------------------------------
     def _module_members(self) -> dict[str, list[str]]:
@@ -229,12 +232,15 @@ class ReferenceRollout:
         self.updates.append(rec)
         self.generations = []                # the record reports generations since this update began
         self._updating = True
+        if self.sleep_level:
+            raise EngineError("weights installed while the engine is asleep (wake it first)")
         try:
             with self._with_knobs(knobs):
                 if direct or self.config.rollout.install == "load_weights":
                     self._load_direct(items, rec)
                 else:
                     self._reload(items, rec)
+                self._serving_knobs(self._knobs)
         finally:
             self._updating = False
         return rec
@@ -352,6 +358,7 @@ class ReferenceRollout:
         return Weights(hf, fp8, act_quant(declared_act_quant(self.config), self.recipe))
 
     def _serve_generation(self, prompts):
+        self._note_generation()
         self.generations.append(Generation(self._updating, served_versions(self.versions)))
         W = self.hf_weights()
         return [token_logprobs(self.config.spec, W, p) for p in prompts]
@@ -388,4 +395,4 @@ class ReferenceRollout:
             storage_moved=sorted(n for n in ptrs if ptrs[n] != self.ptrs_at_start.get(n)),
             versions=versions_meta(self.versions, self.tp), updates=list(self.updates),
             generations=list(self.generations), poisoned=self.poisoned, post_load=self.post_load,
-            act_quant=declared_act_quant(self.config))
+            act_quant=declared_act_quant(self.config), serving=self.serving_state())

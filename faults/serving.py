@@ -1,0 +1,24 @@
+"""Serving faults: the engine as RL stacks run it -- a KV-cache scale left at a placeholder, a graph-visible
+buffer re-allocated on reload, a stale prefix cache served after a sync, a generation after a level-2 wake before
+the weights were synced again. Each configures the serving setting it needs (FP8 KV cache, CUDA graphs, sleep
+mode), so on engines already running that way it is live-injectable."""
+from __future__ import annotations
+
+from .base import Fault, register, with_rollout
+
+register(Fault("kv_scale_placeholder", "serving", "engine", ("R1",),
+               "a reload leaves one attention layer's KV-cache k scale at a placeholder (1e-4, as a dummy boot can; "
+               "the kernels then quantize every cached key 10^4 times too coarsely)",
+               knobs={"kv_scale_placeholder": 1e-4}, configure=with_rollout(kv_cache_dtype="fp8_e4m3"), silent=True))
+register(Fault("graph_buffer_reallocated", "serving", "engine", ("R2",),
+               "a reload rebinds a graph-visible buffer (the rotary cos/sin cache) to new storage: captured CUDA graphs "
+               "keep reading the old one", knobs={"realloc_buffer": True}, configure=with_rollout(cuda_graphs=True),
+               silent=True, destructive=True))        # nothing rebinds it: the engine serves the old storage on
+register(Fault("prefix_cache_not_reset", "serving", "engine", ("R3",),
+               "the prefix cache is not reset after the weight sync: a repeated prompt is served from state computed "
+               "under the previous weights (only the cold-vs-warm differential sees it)",
+               knobs={"keep_prefix_cache": True}, silent=True))
+register(Fault("wake_without_resync", "serving", "serving", ("R4",),
+               "after a level-2 sleep the engine wakes and serves a generation before the weights are synced again "
+               "(its weights' memory is uninitialized)", knobs={"sleep_level": 2, "generate_before_sync": True},
+               configure=with_rollout(sleep_mode=True), silent=True))

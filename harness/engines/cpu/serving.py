@@ -1,0 +1,167 @@
+"""The serving side of the CPU reference rollout: a mirror of what vLLM 0.26 serves with beside the weights
+(read in its source, /work notes in docs/design.md "The engine as RL stacks run it"):
+
+* KV-cache scales: with `quantization=fp8` every attention layer holds four fp32 0-d buffers `_k_scale`,
+  `_v_scale`, `_q_scale`, `_prob_scale`. A dummy boot randomizes the (bf16, -1.0-initialized) scale parameters to
+  one value x ~ U(-1e-3, 1e-3) per tensor, seed 1234; post-load then keeps x when x > 0 and uses 1.0 when x < 0
+  (model_executor/layers/quantization/kv_cache.py). A reload that sends no scale tensors leaves them as they are.
+  fp8check's adapter pins them to the declared rollout.kv_scale after boot and every wake (as SkyRL does).
+* Graph-visible storage: captured CUDA graphs read raw pointers -- parameters, buffers (the shared rotary
+  `cos_sin_cache`, the KV scales), the KV cache. The mirror watches parameters and buffers.
+* Sleep mode: level 1 offloads the weights and restores them byte for byte on wake; level 2 discards them (only
+  named buffers are saved and restored), so the weights are garbage until the next sync. Sleep clears the prefix
+  cache; a weight sync does not (fp8check's adapter resets it after every install).
+* Prefix cache: a repeated prompt reuses cached state; here, the greedy outputs computed under the weights of the
+  time (what a stale cache serves after a sync that did not reset it).
+"""
+from __future__ import annotations
+
+import torch
+
+from ...digest import state_digest
+from ...formats.bytes import poison_
+from ...layouts import rank_name
+from ...record import KVScale, Outputs, ServingState, WakeEvent
+from ..protocol import EngineError
+
+ROTARY = "model.layers.0.self_attn.rotary_emb.cos_sin_cache"
+SCALES = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
+
+
+def attention_layers(spec) -> list[str]:
+    return [f"model.layers.{i}.self_attn.attn" for i, lt in enumerate(spec.layer_types) if lt == "full_attention"]
+
+
+class ServingMirror:
+    """Mixed into ReferenceRollout: buffers, KV scales, sleep/wake, greedy decoding with a prefix cache."""
+
+    def _init_serving(self, seed: int):
+        cfg = self.config
+        spec = cfg.spec
+        self.buffers: list[dict[str, torch.Tensor]] = []
+        for _ in range(self.tp):
+            b = {ROTARY: torch.zeros((1024, spec.head_dim), dtype=torch.bfloat16)}
+            for layer in attention_layers(spec):
+                for s in SCALES:
+                    b[f"{layer}.{s}"] = torch.tensor(1.0, dtype=torch.float32)
+            self.buffers.append(b)
+        self._boot_kv_scales(seed)
+        self.boot_kv_scales = self.kv_scales()
+        if cfg.rollout.pin_kv_scales:
+            self.pin_kv_scales(cfg.rollout.kv_scale)
+        self._watched = {**self._ptrs(), **self._buffer_ptrs()}   # what the captured graphs read
+        self.sleep_level, self.wake_event = 0, None
+        self._pre_sleep: dict | None = None
+        self._prefix_cache: dict = {}
+        self.outputs: Outputs | None = None
+
+    def _boot_kv_scales(self, seed: int):
+        """vLLM's dummy boot then `BaseKVCacheMethod.process_weights_after_loading`."""
+        x = float(torch.empty((), dtype=torch.bfloat16).uniform_(-1e-3, 1e-3, generator=torch.Generator()
+                                                                  .manual_seed(seed)))
+        v = x if x > 0 else 1.0
+        for b in self.buffers:
+            for n, t in b.items():
+                if n.rsplit(".", 1)[1] in SCALES:
+                    t.fill_(v)
+
+    def _buffer_ptrs(self) -> dict[str, int]:
+        return {rank_name(n, r, self.tp): t.data_ptr() for r, b in enumerate(self.buffers) for n, t in b.items()}
+
+    # -- KV scales ------------------------------------------------------------------------------------------
+    def kv_scales(self) -> dict[str, KVScale]:
+        out = {}
+        for r, b in enumerate(self.buffers):
+            for layer in attention_layers(self.config.spec):
+                out[rank_name(layer, r, self.tp)] = KVScale(*(float(b[f"{layer}.{s}"]) for s in SCALES))
+        return out
+
+    def pin_kv_scales(self, value: float):
+        for b in self.buffers:
+            for n, t in b.items():
+                if n.rsplit(".", 1)[1] in SCALES:
+                    t.fill_(value)
+
+    def _serving_knobs(self, knobs: dict):
+        """Knobs a broken reload turns (called at the end of an install)."""
+        if knobs.get("kv_scale_placeholder") is not None:     # a reload that re-created the scale sentinel
+            layer = attention_layers(self.config.spec)[0]
+            self.buffers[0][f"{layer}._k_scale"].fill_(float(knobs["kv_scale_placeholder"]))
+        if knobs.get("realloc_buffer"):                        # a buffer rebound to new storage
+            self.buffers[0][ROTARY] = self.buffers[0][ROTARY].clone()
+        if not knobs.get("keep_prefix_cache"):
+            self._prefix_cache.clear()
+        if self.wake_event is not None:
+            self.wake_event.synced_since = True
+
+    # -- sleep / wake ---------------------------------------------------------------------------------------
+    def sleep(self, level: int = 1):
+        if level not in (1, 2):
+            raise EngineError(f"sleep level must be 1 or 2, got {level}")
+        if self.sleep_level:
+            raise EngineError("the engine is already asleep")
+        self._pre_sleep = self.state_digests()
+        self._saved_buffers = [{n: t.clone() for n, t in b.items()} for b in self.buffers]
+        self._prefix_cache.clear()                             # LLM.sleep clears the prefix cache
+        self.sleep_level = level
+
+    def wake(self):
+        if not self.sleep_level:
+            raise EngineError("the engine is not asleep")
+        level, self.sleep_level = self.sleep_level, 0
+        if level == 2:                                         # weights discarded, buffers restored
+            for params in self._graph:
+                for t in params.values():
+                    poison_(t)
+            for b, saved in zip(self.buffers, self._saved_buffers):
+                for n, t in b.items():
+                    t.copy_(saved[n])
+        after = self.state_digests()
+        changed = sorted(n for n in after if after[n] != self._pre_sleep.get(n))
+        self.wake_event = WakeEvent(level, changed)
+        if self.config.rollout.pin_kv_scales:
+            self.pin_kv_scales(self.config.rollout.kv_scale)
+
+    def _note_generation(self):
+        w = self.wake_event
+        if w is not None and w.level == 2 and not w.synced_since:
+            w.generated_before_sync = True
+        if self.sleep_level:
+            raise EngineError("generation requested while the engine is asleep")
+
+    # -- serving ----------------------------------------------------------------------------------------------
+    def greedy(self, prompts: list[list[int]], max_tokens: int = 8) -> list[list[int]]:
+        """Greedy decoding of the engine's kernel tensors; a repeated prompt hits the prefix cache."""
+        from ...numerics.forward import logits
+        self._note_generation()
+        out = []
+        W = None
+        for p in prompts:
+            key = (tuple(p), max_tokens)
+            if key not in self._prefix_cache:
+                W = W or self.hf_weights()
+                seq = list(p)
+                for _ in range(max_tokens):
+                    with torch.no_grad():
+                        seq.append(int(logits(self.config.spec, W, seq)[-1].argmax()))
+                self._prefix_cache[key] = seq[len(p):]
+            out.append(list(self._prefix_cache[key]))
+        return out
+
+    def measure_outputs(self, prompts: list[list[int]], max_tokens: int = 8) -> Outputs:
+        """Greedy outputs and prompt log-probs on fixed prompts, kept in the record (the differential's input)."""
+        g = self.greedy(prompts, max_tokens)
+        lp = [[float(x) for x in t] for t in self.generate_logprobs(prompts)]
+        self.outputs = Outputs(g, lp)
+        return self.outputs
+
+    def serving_state(self) -> ServingState:
+        now = {**self._ptrs(), **self._buffer_ptrs()}
+        return ServingState(cuda_graphs=self.config.rollout.cuda_graphs, kv_cache_dtype=self.config.rollout.kv_cache_dtype,
+                            kv_scales=self.kv_scales(), boot_kv_scales=self.boot_kv_scales, graph_storage=len(self._watched),
+                            graph_storage_moved=sorted(n for n, p in self._watched.items() if now.get(n) != p),
+                            sleep_level=self.sleep_level, wake=self.wake_event, outputs=self.outputs)
+
+    def serving_digest(self) -> str:
+        """Digest of every buffer (the cold-vs-warm differential compares them too)."""
+        return state_digest(torch.cat([t.reshape(-1).float() for b in self.buffers for t in b.values()]))

@@ -1,0 +1,128 @@
+"""R family: the engine as RL stacks run it -- FP8 KV-cache scales, CUDA-graph-visible storage, sleep/wake, and
+the cold-vs-warm differential (vLLM RFC #48312's oracle: an engine that held A and was synced to B must behave
+exactly like a fresh engine loaded with B). Each reads the serving state in the engine record
+(EngineRecord.serving); a condition absent from the configuration (no FP8 KV cache, eager decoding, no sleep
+mode) is not checked, and a record that lacks what a check needs is UNKNOWN.
+"""
+from __future__ import annotations
+
+import math
+
+from .base import CheckContext, fail, invariant, passed, unknown
+
+
+def _serving(ctx: CheckContext):
+    return ctx.rollout.meta.serving if ctx.rollout is not None and ctx.rollout.meta is not None else None
+
+
+@invariant("R1", "serving", "KV-cache scales as declared",
+           "with an FP8 KV cache every attention layer's k / v (and q / prob) scales are finite, positive and equal to "
+           "the declared rollout.kv_scale, after boot, after every sync and after every wake", needs=("rollout",),
+           applies=lambda c: c.fp8_kv_cache,
+           source="vLLM 0.26 model_executor/layers/quantization/kv_cache.py (dummy boot randomizes the scale "
+                  "parameters); SkyRL re-initializes FP8 KV scales after every wake",
+           why="a KV scale left at a dummy-boot or placeholder value quantizes every cached key and value with the "
+               "wrong scale: log-probs go NaN or silently wrong while the weights are byte-exact")
+def r1_kv_scales(ctx: CheckContext):
+    sv = _serving(ctx)
+    if sv is None or sv.kv_scales is None:
+        return [unknown("R1", "the engine record has no KV-cache scales (the engine did not report them)")]
+    if not sv.kv_scales:
+        return [unknown("R1", "the engine reported no attention layer with KV-cache scales")]
+    want = ctx.config.rollout.kv_scale
+    out = []
+    for layer, sc in sorted(sv.kv_scales.items()):
+        for which in ("k", "v", "q", "prob"):
+            v = getattr(sc, which)
+            if v is None:
+                continue
+            if not math.isfinite(v) or v <= 0:
+                out.append(fail("R1", f"{layer}._{which}_scale", f"{which} scale {v!r} is not finite and positive",
+                                value=v, expected=want))
+            elif v != want:
+                out.append(fail("R1", f"{layer}._{which}_scale", f"{which} scale {v!r}, the config declares {want!r}",
+                                value=v, expected=want))
+    if out:
+        return out[:20]
+    return [passed("R1", f"{len(sv.kv_scales)} attention layers serve KV scale {want!r}")]
+
+
+@invariant("R2", "serving", "graph-visible storage stays",
+           "with CUDA graphs every tensor the captured graphs read (parameters, buffers, KV cache) keeps its storage "
+           "across every sync and wake", needs=("rollout",), applies=lambda c: c.rollout.cuda_graphs,
+           source="vLLM #48941 / #50521 (reload moves graph-visible pointers), #41670",
+           why="a captured graph replays raw device pointers: a tensor re-allocated on reload or wake is served stale "
+               "(or freed memory) while every read of the parameter looks right")
+def r2_graph_storage(ctx: CheckContext):
+    sv = _serving(ctx)
+    if sv is None or sv.graph_storage_moved is None:
+        return [unknown("R2", "the engine record has no graph-visible storage record")]
+    if not sv.graph_storage:
+        return [unknown("R2", "the engine watched no graph-visible tensor")]
+    out = [fail("R2", n, "graph-visible storage moved since the graphs were captured: replays read the old tensor")
+           for n in sv.graph_storage_moved]
+    return out[:20] or [passed("R2", f"{sv.graph_storage} graph-visible tensors kept their storage")]
+
+
+@invariant("R3", "serving", "cold-vs-warm differential",
+           "an engine that held other weights and was synced to these equals a fresh engine given these: parameter "
+           "bytes, KV-cache scales, greedy outputs and prompt log-probs on fixed prompts", needs=("rollout", "cold"),
+           source="vLLM RFC #48312; SGLang #28676 (a derived MoE cache lost across pause/resume)",
+           why="state the sync does not write (a derived cache, a stale prefix cache, a scale reset) makes a warm "
+               "engine serve another policy than the one it was given")
+def r3_cold_warm(ctx: CheckContext):
+    warm, cold = ctx.rollout, ctx.cold
+    out = []
+    wn, cn = set(warm.names()), set(cold.names())
+    for n in sorted(wn ^ cn):
+        out.append(fail("R3", n, "held by only one of the warm and the cold engine"))
+    from .evidence import bit_diff
+    for n in sorted(wn & cn):
+        ev = bit_diff(cold[n], warm[n])
+        if ev:
+            out.append(fail("R3", n, "warm engine's bytes differ from a fresh engine given the same sync", **ev))
+    ws, cs = _serving(ctx), cold.meta.serving if cold.meta is not None else None
+    if ws is None or cs is None:
+        out.append(unknown("R3", "serving state missing on the warm or the cold engine (outputs not compared)"))
+    else:
+        if ws.kv_scales is not None and cs.kv_scales is not None and ws.kv_scales != cs.kv_scales:
+            layer = next(k for k in sorted(set(ws.kv_scales) | set(cs.kv_scales))
+                         if ws.kv_scales.get(k) != cs.kv_scales.get(k))
+            out.append(fail("R3", layer, f"KV scales warm {ws.kv_scales.get(layer)} vs cold {cs.kv_scales.get(layer)}"))
+        if ws.outputs is None or cs.outputs is None:
+            out.append(unknown("R3", "greedy outputs were not measured on both engines"))
+        else:
+            for i, (a, b) in enumerate(zip(ws.outputs.greedy, cs.outputs.greedy)):
+                if a != b:
+                    j = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                    out.append(fail("R3", f"prompt {i}", f"greedy outputs differ from token {j}: warm {a[j:j + 4]} vs "
+                                    f"cold {b[j:j + 4]}", prompt=i, token=j))
+            for i, (a, b) in enumerate(zip(ws.outputs.prompt_logprobs, cs.outputs.prompt_logprobs)):
+                if a != b:
+                    d = max(abs(x - y) for x, y in zip(a, b)) if a and b else float("inf")
+                    out.append(fail("R3", f"prompt {i}", f"prompt log-probs differ (max |d| {d:.3g}) from a fresh "
+                                    f"engine's", prompt=i, max_abs=d))
+    if out:
+        return out[:20]
+    return [passed("R3", f"{len(wn)} parameters, KV scales and outputs equal a fresh engine's")]
+
+
+@invariant("R4", "serving", "wake restores the installed state",
+           "after a level-1 wake every parameter holds the bytes it held before sleep; after a level-2 wake a weight "
+           "sync runs before any generation", needs=("rollout",), applies=lambda c: c.rollout.sleep_mode,
+           source="vLLM 0.26 device_allocator/cumem.py (level 1 offloads weights, level 2 discards them)",
+           why="a level-2 wake leaves the weights' memory uninitialized: generation before the next sync samples "
+               "garbage; a level-1 wake that does not restore every byte serves a policy nobody synced")
+def r4_wake(ctx: CheckContext):
+    sv = _serving(ctx)
+    if sv is None:
+        return [unknown("R4", "the engine record has no serving state")]
+    w = sv.wake
+    if w is None:
+        return [unknown("R4", "nothing to check: no sleep/wake cycle since the engine started")]
+    if w.level == 1 and w.changed:
+        return [fail("R4", n, "a level-1 wake did not restore this parameter's bytes") for n in w.changed[:20]]
+    if w.level == 2 and w.generated_before_sync:
+        return [fail("R4", None, "generation served after a level-2 wake before the weights were synced again "
+                                 "(the weights' memory is uninitialized after a level-2 sleep)")]
+    return [passed("R4", f"level-{w.level} wake: {'bytes restored' if w.level == 1 else 'synced before serving'}")]
