@@ -13,7 +13,8 @@ from invariants import REGISTRY
 
 def serving_config(**kw):
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
-    return replace(cfg, rollout=replace(cfg.rollout, kv_cache_dtype="fp8_e4m3", cuda_graphs=True, sleep_mode=True, **kw))
+    return replace(cfg, rollout=replace(cfg.rollout, **{"kv_cache_dtype": "fp8_e4m3", "cuda_graphs": True,
+                                                          "sleep_mode": True, **kw}))
 
 
 @pytest.mark.slow
