@@ -52,6 +52,42 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _from_te(t, shape, device="cpu"):
+    codes = t._rowwise_data.view(torch.float8_e4m3fn).reshape(shape).to(device)
+    return codes, te_to_wire(t._rowwise_scale_inv.to(device), tuple(shape), block_dim=2)
+
+
+def megatron_fp8_weights(model, layout, device="cpu") -> tuple[dict, dict]:
+    """The learner's FP8 forward weights of any Megatron-Core model with the TE layer spec (fp8check's trainer or a
+    user's, after a forward under the blockwise recipe): Megatron-named codes + `_scale_inv` on the unpadded wire
+    grid read from Transformer Engine's weight workspaces (or persistent FP8 parameters), never re-quantized;
+    BF16 for every other parameter. Returns (tensors, where each FP8 weight came from)."""
+    params = dict(model.named_parameters())
+    out, source = {}, {}
+    for mname, mod in model.named_modules():
+        ws = getattr(mod, "_fp8_workspaces", None) or {}
+        for key, t in ws.items():
+            if not key.startswith("weight") or getattr(t, "_rowwise_data", None) is None:
+                continue
+            pname = f"{mname}.{key}"
+            if pname in layout.fp8_megatron:
+                out[pname], out[scale_name(pname)] = _from_te(t, params[pname].shape, device)
+                source[pname] = "workspace"
+    for n, p in params.items():
+        if n in out:
+            continue
+        if n in layout.fp8_megatron:
+            if getattr(p, "_rowwise_data", None) is not None:     # persistent FP8 parameter
+                out[n], out[scale_name(n)] = _from_te(p, p.shape, device)
+                source[n] = "fp8_param"
+            else:
+                raise RuntimeError(f"{n}: no FP8 weight found in Transformer Engine's workspaces (run a forward "
+                                   f"under the blockwise FP8 recipe first)")
+        else:
+            out[n] = p.detach().to(torch.bfloat16).to(device)
+    return out, source
+
+
 class MegatronTrainer:
     engine = "megatron-core+transformer-engine"
 
@@ -151,35 +187,8 @@ class MegatronTrainer:
                 self.model.eval()
                 self._forward(torch.zeros(1, 64, dtype=torch.long, device="cuda"))
             self._fresh = True
-        params = dict(self.model.named_parameters())
-        out, source = {}, {}
-        for mname, mod in self.model.named_modules():
-            ws = getattr(mod, "_fp8_workspaces", None) or {}
-            for key, t in ws.items():
-                if not key.startswith("weight") or getattr(t, "_rowwise_data", None) is None:
-                    continue
-                pname = f"{mname}.{key}"
-                if pname in self.layout.fp8_megatron:
-                    out[pname], out[scale_name(pname)] = self._from_te(t, params[pname].shape)
-                    source[pname] = "workspace"
-        for n, p in params.items():
-            if n in out:
-                continue
-            if n in self.layout.fp8_megatron:
-                if getattr(p, "_rowwise_data", None) is not None:     # persistent FP8 parameter
-                    out[n], out[scale_name(n)] = self._from_te(p, p.shape)
-                    source[n] = "fp8_param"
-                else:
-                    raise RuntimeError(f"{n}: no FP8 weight found in Transformer Engine's workspaces")
-            else:
-                out[n] = p.detach().to(torch.bfloat16).cpu()
-        self.sources = source
+        out, self.sources = megatron_fp8_weights(self.model, self.layout)
         return out
-
-    @staticmethod
-    def _from_te(t, shape):
-        codes = t._rowwise_data.view(torch.float8_e4m3fn).reshape(shape).cpu()
-        return codes, te_to_wire(t._rowwise_scale_inv.cpu(), tuple(shape), block_dim=2)
 
     def export_hf(self) -> dict:
         return self.layout.megatron_to_hf(self.fp8_forward_weights())

@@ -77,9 +77,10 @@ class VLLMEngine:
                        "keep_prefix_cache"))
 
     def __init__(self, config: SyncConfig, workdir: str | None = None, gpu_memory_utilization: float = 0.12,
-                 seed: int = 0, ignored_layers=None, llm=None, **llm_kwargs):
+                 seed: int = 0, ignored_layers=None, llm=None, observe_only: bool = False, **llm_kwargs):
         """`llm`: an engine someone else built (it must carry fp8check's worker extension); otherwise one is
-        started for `config`. `llm_kwargs` go to vllm.LLM (e.g. enforce_eager=False, kv_cache_dtype)."""
+        started for `config`. `observe_only`: read, never set anything (a user's engine: no KV-scale pinning,
+        versions not claimed). `llm_kwargs` go to vllm.LLM (e.g. enforce_eager=False, kv_cache_dtype)."""
         self.config = config
         self.tp = config.rollout.tp_size
         self.ignored_layers = list(config.ignored_layers if ignored_layers is None else ignored_layers)
@@ -104,13 +105,14 @@ class VLLMEngine:
             kw.update(llm_kwargs)
             llm = LLM(**kw)
         self.llm = llm
+        self.observe_only = observe_only
         self.layers = self.rpc("fp8check_instrument")[0]
         self.versions: list[dict] = [defaultdict(set) for _ in range(self.tp)]
         self.updates: list[UpdateRecord] = []
         self.generations: list[Generation] = []
         self.poisoned = False
         self.boot_kv_scales = _kv(self.rpc("fp8check_kv_scales")[0])     # what vLLM left at boot
-        if config.rollout.pin_kv_scales:
+        if config.rollout.pin_kv_scales and not observe_only:
             self.rpc("fp8check_pin_kv_scales", float(config.rollout.kv_scale))
         self.sleep_level, self.wake_event, self.outputs, self._pre_sleep = 0, None, None, None
 
@@ -200,6 +202,19 @@ class VLLMEngine:
         return {rank_name(n, r, self.tp): d for r, ds in enumerate(self.rpc("fp8check_digests", self.cuda_graphs))
                 for n, d in ds.items()}
 
+    def _observed_update(self) -> list[UpdateRecord]:
+        """A user's engine: the post-load counts since `watch` (or the last check) as one update, when any layer
+        was processed; nothing claimed otherwise."""
+        rec = UpdateRecord(None)
+        any_call = False
+        for r, (calls, runs) in enumerate(self.rpc("fp8check_counts")):
+            for layer in self.layers:
+                key = rank_name(layer, r, self.tp)
+                rec.post_process[key] = runs.get(layer, 0)
+                (rec.completed if calls.get(layer) else rec.untouched).append(key)
+                any_call = any_call or bool(calls.get(layer))
+        return [rec] if any_call else []
+
     def record(self) -> EngineRecord:
         info = self.rpc("fp8check_info")
         fp8 = [(r, n, tuple(i["shape"])) for r, inf in enumerate(info) for n, i in inf.items()
@@ -213,7 +228,8 @@ class VLLMEngine:
                                  if i["moved"]),
             unmaterialized=sorted(rank_name(n, r, self.tp) for r, inf in enumerate(info) for n, i in inf.items()
                                   if i["meta"]),
-            versions=versions_meta(self.versions, self.tp), updates=list(self.updates),
+            versions=None if self.observe_only else versions_meta(self.versions, self.tp),
+            updates=self._observed_update() if self.observe_only else list(self.updates),
             generations=list(self.generations), post_load=declared_post_load(self.config, fp8),
             act_quant=declared_act_quant(self.config), serving=self.serving_state())
 

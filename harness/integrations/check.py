@@ -1,7 +1,97 @@
-"""check_sync: the catalog over a sync a user's own RL job performed (placeholder until the engine-side adapter
-lands)."""
+"""check_sync: the catalog after a weight sync a user's own RL job performed.
+
+    llm = vllm.LLM(model=..., quantization="fp8", worker_extension_cls=harness.WORKER_EXTENSION)
+    harness.integrations.watch(llm)           # once, after start-up: lifecycle facts (S7) from then on
+    ... the job syncs its weights its own way ...
+    findings = harness.check_sync(llm, expected, config)     # raises SyncCheckFailed on a FAIL
+
+`expected` is what the job meant to install: checkpoint-format tensors (a mapping or an iterable of (name, tensor):
+`*.weight` E4M3 codes + `*.weight_scale_inv` for FP8 GEMMs, BF16 elsewhere), or the job's Megatron-Core model
+(the learner's FP8 forward bytes are read from Transformer Engine's workspaces). The check runs digest-first:
+every engine parameter's digest is computed on its GPU and compared with the digest of what it must hold (the
+layout map and the engine's declared post-load transform applied to `expected`, where `expected` lives); only
+mismatching parameters move to the host. It never changes engine state.
+
+What a post-hoc check cannot see is UNKNOWN, never PASS: per-tensor versions and idempotence (S7) belong to a sync
+fp8check carries; post-load counts and storage moves need `watch` before the sync.
+"""
 from __future__ import annotations
 
+import logging
 
-def check_sync(engine, expected, config, **kw):
-    raise NotImplementedError("check_sync lands with the user-engine adapter")
+from ..config import SyncConfig
+from ..sync.capture import DigestFirst
+
+log = logging.getLogger("fp8check")
+
+# what a check after someone else's sync can decide (the wire and the lifecycle belong to the sync itself)
+STATE_CHECKS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "R1", "R2")
+
+
+class SyncCheckFailed(AssertionError):
+    """A weight sync violated an invariant; `findings` holds every finding."""
+
+    def __init__(self, findings):
+        from collections import Counter
+        self.findings = findings
+        bad = [f for f in findings if f.verdict == "fail"]
+        # the engine's refusal first (it explains the rest), then one line per invariant before the detail
+        bad.sort(key=lambda f: (not f.message.startswith("update did not complete"), f.invariant_id))
+        per = Counter(f.invariant_id for f in bad)
+        lines = [f"{f.invariant_id} {f.tensor or ''}: {f.message}" for f in bad[:8]]
+        more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
+        head = ", ".join(f"{i} x{n}" for i, n in sorted(per.items()))
+        super().__init__(f"{len(bad)} invariant violation(s) [{head}]{more}:\n  " + "\n  ".join(lines))
+
+
+def watch(llm) -> list:
+    """Instrument a vLLM engine carrying the worker extension (post-load counters, captured storage). Call once
+    after start-up; the wrapped hooks behave exactly as before."""
+    return llm.collective_rpc("fp8check_instrument")[0]
+
+
+def _engine(engine, config: SyncConfig):
+    if all(hasattr(engine, m) for m in ("state_digests", "record", "kernel_tensors")):
+        return engine                                  # an fp8check engine (protocol) already
+    if hasattr(engine, "collective_rpc"):
+        from ..engines.vllm import VLLMEngine
+        return VLLMEngine(config, llm=engine, observe_only=True)
+    raise TypeError(f"check_sync: {type(engine).__name__} is neither an fp8check engine nor a vLLM engine with "
+                    f"collective_rpc (start vllm.LLM with worker_extension_cls=harness.WORKER_EXTENSION)")
+
+
+def _expected(expected, config: SyncConfig) -> dict:
+    if hasattr(expected, "named_modules") and hasattr(expected, "named_parameters"):   # a Megatron-Core model
+        from ..engines.te_megatron import megatron_fp8_weights
+        dev = next(expected.parameters()).device
+        tensors, _ = megatron_fp8_weights(expected, config.layout, device=dev)
+        return config.layout.megatron_to_hf(tensors)
+    items = expected.items() if hasattr(expected, "items") else expected
+    return {str(n): t for n, t in items}
+
+
+def check_sync(engine, expected, config: SyncConfig, *, ids=STATE_CHECKS, on_fail: str = "raise",
+               version: int | None = None):
+    """Run the catalog on `engine`'s state against `expected`. on_fail: raise (SyncCheckFailed) | log | return."""
+    from invariants import CheckContext, run_catalog
+    from ..record import TrainerRecord
+    from ..snapshot.model import Snapshot
+    if on_fail not in ("raise", "log", "return"):
+        raise ValueError(f"check_sync: on_fail must be raise, log or return, got {on_fail!r}")
+    eng = _engine(engine, config)
+    trainer_hf = _expected(expected, config)
+    record = eng.record()
+    record.version = version
+    got = DigestFirst().capture(config, eng, trainer_hf, record)
+    ctx = CheckContext(config, None, Snapshot("trainer", trainer_hf, TrainerRecord("user", version)),
+                       Snapshot("rollout", got.tensors, record))
+    findings = run_catalog(ctx, ids=[i for i in ids])
+    if any(f.verdict == "fail" for f in findings):
+        if on_fail == "raise":
+            raise SyncCheckFailed(findings)
+        if on_fail == "log":
+            log.error("%s", SyncCheckFailed(findings))
+    return findings
+
+
+__all__ = ["STATE_CHECKS", "SyncCheckFailed", "check_sync", "watch"]

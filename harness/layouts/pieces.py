@@ -64,10 +64,10 @@ def assemble(pieces, sources: dict[str, torch.Tensor], dst_shapes: dict[str, tup
         if p.src not in sources:
             raise LayoutError(f"tensor {p.src!r} is missing (needed for {p.dst!r})")
         src = sources[p.src]
-        if p.dst not in out:
+        if p.dst not in out:                   # built where the sources live (a trainer's GPU, the host)
             dt = dtype or src.dtype
-            out[p.dst] = torch.zeros(dst_shapes[p.dst], dtype=dt) if fill is None else \
-                torch.full(dst_shapes[p.dst], fill, dtype=dt)
+            out[p.dst] = torch.zeros(dst_shapes[p.dst], dtype=dt, device=src.device) if fill is None else \
+                torch.full(dst_shapes[p.dst], fill, dtype=dt, device=src.device)
         v = src_view(src, p)
         d = dst_view(out[p.dst], p)
         if d.shape != v.shape:
@@ -100,7 +100,7 @@ def disassemble(pieces, dests, src_shapes: dict[str, tuple], errors: dict[str, s
                       (f" of slot {p.dst_index}" if p.dst_index is not None else "")
             else:
                 if p.src not in out:
-                    out[p.src] = torch.zeros(src_shapes[p.src], dtype=d.dtype)
+                    out[p.src] = torch.zeros(src_shapes[p.src], dtype=d.dtype, device=d.device)
                 v = src_view(out[p.src], p)
                 if d.shape != v.shape or d.dtype != v.dtype:
                     why = f"{p.dst} slice has shape {tuple(d.shape)} {d.dtype}, expected {tuple(v.shape)} {v.dtype}"

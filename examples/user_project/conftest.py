@@ -1,0 +1,5 @@
+"""The user's project: its sync module sits beside its tests."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
