@@ -207,7 +207,8 @@ class FP8CheckWorkerExtension:
 
     def fp8check_empty_cache(self) -> bool:
         """Before a wake: return cached blocks so the allocator can map the pools back at their addresses."""
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
         return True
 
     def fp8check_serving_fault(self, knobs: dict) -> bool:
@@ -249,7 +250,8 @@ class FP8CheckWorkerExtension:
                         new = p.data.clone()
                         p.data.copy_(before[n])
                         p.data = new
-        torch.cuda.synchronize()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         return True
 
     def fp8check_load_direct(self, items) -> list:

@@ -1,0 +1,163 @@
+"""fp8check's vLLM adapter code (harness/engines/vllm.py and the worker extension) run against a stand-in worker:
+a torch module with vLLM 0.26's parameter names, layers with a quantization method whose post-load hook the
+extension wraps, attention modules with KV-scale buffers, and an `LLM`-shaped object whose `collective_rpc`
+dispatches to the extension by name. This exercises fp8check's adapter logic (RPC surface, encoding, counters,
+storage watch, KV-scale pinning, knobs, sleep bookkeeping) on a laptop; it is NOT vLLM, and nothing here claims
+to have talked to vLLM (tests/gpu does)."""
+import sys
+import types
+
+import pytest
+import torch
+
+from harness.config import recommended_config
+from harness.engines.vllm_extension import FP8CheckWorkerExtension
+
+
+class QuantizeMethodBase:                     # what isinstance() in the extension checks for
+    def process_weights_after_loading(self, layer):
+        layer.post_loads = getattr(layer, "post_loads", 0) + 1
+
+
+@pytest.fixture(autouse=True)
+def fake_vllm_module(monkeypatch):
+    """The one vLLM import the extension's layer scan needs, pointing at the stand-in base class."""
+    mod = types.ModuleType("vllm.model_executor.layers.quantization.base_config")
+    mod.QuantizeMethodBase = QuantizeMethodBase
+    for name in ("vllm", "vllm.model_executor", "vllm.model_executor.layers", "vllm.model_executor.layers.quantization"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant_method = QuantizeMethodBase()
+
+
+class Attention(torch.nn.Module):
+    kv_cache_dtype = "fp8_e4m3"
+
+    def __init__(self):
+        super().__init__()
+        for s in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
+            self.register_buffer(s, torch.tensor(3e-4))
+        self.kv_cache = [torch.zeros(4)]
+
+
+def standin_model(config):
+    """A module tree whose named_parameters are exactly the vLLM names the layout expects."""
+    root = torch.nn.Module()
+    shapes = config.layout.vllm_param_shapes(0)
+    fp8 = config.layout.fp8_vllm
+    for name, shape in shapes.items():
+        mod_name, leaf = name.rsplit(".", 1)
+        if name.endswith(("w13_weight", "w2_weight", "w13_weight_scale_inv", "w2_weight_scale_inv")):
+            mod_name, leaf = name.rsplit(".", 1)
+        owner = root
+        for part in mod_name.split("."):
+            if not hasattr(owner, part):
+                owner.add_module(part, Layer() if part == mod_name.split(".")[-1] else torch.nn.Module())
+            owner = getattr(owner, part)
+        base = name[: -len("_scale_inv")] if name.endswith("_scale_inv") else name
+        dt = (config.recipe.scale_dtype if name.endswith("_scale_inv") else
+              (config.recipe.fp8_dtype if base in fp8 else torch.bfloat16))
+        owner.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape, dtype=dt), requires_grad=False))
+    for i in range(config.spec.num_layers):
+        getattr(getattr(root.model.layers, str(i)), "self_attn").add_module("attn", Attention())
+    root.model.layers.get_submodule("0.self_attn").add_module("rotary_emb", torch.nn.Module())
+    root.model.layers.get_submodule("0.self_attn.rotary_emb").register_buffer("cos_sin_cache", torch.zeros(8, 4))
+    return root
+
+
+class Runner:
+    def __init__(self, config, model):
+        self.config, self.model = config, model
+
+    def get_model(self):
+        return self.model
+
+    def reload_weights(self, weights_iterator, is_checkpoint_format=True):
+        hf = {n: t for n, t in weights_iterator}
+        for n, t in self.config.layout.hf_to_vllm(hf, 0).items():
+            self.model.get_parameter(n).data.copy_(t)
+        for m in self.model.modules():
+            if isinstance(getattr(m, "quant_method", None), QuantizeMethodBase) and list(m.parameters(recurse=False)):
+                m.quant_method.process_weights_after_loading(m)
+
+
+class Worker(FP8CheckWorkerExtension):
+    def __init__(self, config):
+        self.model_runner = Runner(config, standin_model(config))
+
+
+class StandInLLM:
+    """`collective_rpc` by method name, one worker (tensor parallel 1), like vLLM's in-process executor."""
+
+    def __init__(self, config):
+        self.worker = Worker(config)
+        self.prefix_resets = 0
+
+    def collective_rpc(self, method, args=()):
+        return [getattr(self.worker, method)(*args)]
+
+    def reset_prefix_cache(self):
+        self.prefix_resets += 1
+
+
+@pytest.fixture
+def engine():
+    from harness.engines.vllm import VLLMEngine
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    return VLLMEngine(cfg, llm=StandInLLM(cfg))
+
+
+def test_sync_record_and_reads_through_the_extension(engine):
+    from harness.engines.registry import make_engine
+    from harness.sync.pipeline import DigestFirst, run_sync
+    trainer = make_engine("trainer", "cpu-reference", engine.config)
+    trainer.optimizer_step()
+    res = run_sync(engine.config, trainer, engine, capture=DigestFirst(), checks=True, probes=False,
+                   check_ids=["S1", "S2", "S3", "S4", "S5", "S6", "S7"])
+    bad = [(f.invariant_id, f.message) for f in res.findings if f.verdict != "pass"]
+    assert not bad, bad
+    rec = res.rollout.meta
+    assert rec.post_load.kind == "identity" and rec.storage_moved == [] and rec.updates[-1].completed
+    assert set(rec.updates[-1].post_process.values()) == {1}
+    assert engine.llm.prefix_resets == 2            # one per install (sync and idempotence re-sync)
+    assert res.fetched == 0 and res.params == len(engine.config.layout.vllm_param_shapes(0))
+
+
+def test_knobs_turn_what_they_say(engine):
+    from harness.engines.registry import make_engine
+    trainer = make_engine("trainer", "cpu-reference", engine.config)
+    trainer.optimizer_step()
+    items = [(n, t, 1) for n, t in trainer.export_hf().items()]
+    rec = engine.install(items, 1, knobs={"post_process_repeats": 2})
+    assert set(rec.post_process.values()) == {2}
+    engine.install(items, 1, knobs={"detach_on_install": True})
+    assert engine.record().storage_moved                          # rebinding moved storage: S7 sees it
+
+
+def test_kv_scales_pinned_at_boot_and_faults_visible(engine):
+    sv = engine.record().serving
+    assert all(v.k == 1.0 and v.v == 1.0 for v in sv.kv_scales.values())
+    assert all(v.k == pytest.approx(3e-4) for v in engine.boot_kv_scales.values())   # what the boot left
+    engine.rpc("fp8check_serving_fault", {"kv_scale_placeholder": 1e-4, "realloc_buffer": True})
+    sv = engine.record().serving
+    assert any(v.k == pytest.approx(1e-4) for v in sv.kv_scales.values())
+    assert any(n.endswith("cos_sin_cache") for n in sv.graph_storage_moved)
+
+
+def test_observe_only_never_writes():
+    from harness.engines.vllm import VLLMEngine
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    llm = StandInLLM(cfg)
+    before = {n: b.clone() for n, b in llm.worker.model_runner.model.named_buffers()}
+    eng = VLLMEngine(cfg, llm=llm, observe_only=True)
+    eng.record()
+    eng.state_digests()
+    eng.kernel_tensors()
+    after = dict(llm.worker.model_runner.model.named_buffers())
+    assert all(torch.equal(before[n], after[n]) for n in before)  # KV scales not pinned on a user's engine
+    assert eng.record().versions is None and eng.record().updates == []
