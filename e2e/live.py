@@ -50,11 +50,15 @@ class LiveSession:
 
     def __init__(self, config: SyncConfig, *, trainer: str = "megatron", rollout: str = "vllm", ray: bool = True,
                  num_gpus: float = 0.3, trainer_kwargs: dict | None = None, rollout_kwargs: dict | None = None,
-                 trainer_engine=None, rollout_engine=None):
+                 trainer_engine=None, rollout_engine=None, device: bool = False):
         """`trainer` / `rollout`: registered engine names, started behind the remote wrapper; or pass engines
         already running (`trainer_engine`, `rollout_engine`: anything with the protocol's methods), which the
-        session then does not own."""
+        session then does not own. `device`: the device sync path (e2e.device): the pipeline runs in the
+        trainer's process and the weights travel GPU to GPU (both engines Ray actors on one GPU)."""
         self.config = config
+        self.device = device
+        if device and not ray:
+            raise ValueError("the device sync path needs both engines in Ray actors (ray=True)")
         t0 = time.perf_counter()
         self._owned = []
         try:
@@ -68,6 +72,7 @@ class LiveSession:
             self.close()
             raise
         self.trainer, self.rollout = trainer_engine, rollout_engine
+        self._rollout_spec = (rollout, ray, num_gpus, rollout_kwargs)
         self.start_seconds = time.perf_counter() - t0
         self.trainer_info = self.trainer.record().to_json()
         self.rollout_info = {"engine": self.rollout.engine, "knobs": sorted(self.rollout.knobs)}
@@ -91,11 +96,35 @@ class LiveSession:
     def __exit__(self, *exc):
         self.close()
 
+    def restart_rollout(self):
+        """Replace the rollout engine with a fresh one (after a fault left it broken); only an engine this session
+        started can be replaced."""
+        if self.rollout not in self._owned:
+            raise RuntimeError("the rollout engine was handed in: the session cannot replace it")
+        name, ray, num_gpus, kw = self._rollout_spec
+        self._owned.remove(self.rollout)
+        self.rollout.close()
+        self.rollout = Remote("rollout", name, self.config, ray=ray, num_gpus=num_gpus, **(kw or {}))
+        self._owned.append(self.rollout)
+
     # -- the loop ------------------------------------------------------------------------------------------------
     def step(self) -> int:
+        if self.device:                          # the previous export stays on the trainer's GPU
+            self.version = self.trainer.run_with_engine("e2e.device:device_step")
+            self.previous_hf = {}
+            return self.version
         self.previous_hf = self.trainer.export_hf()
         self.version = self.trainer.optimizer_step()
         return self.version
+
+    def _device_sync(self, fault, naive, direct, probes, check_ids):
+        from invariants import Finding
+        out = self.trainer.run_with_engine(
+            "e2e.device:device_sync", self.rollout.handle, self.rollout.name, self.config.to_dict(),
+            self.config.spec.to_dict(), fault=fault.name if fault else None, fault_params=fault.params if fault else None,
+            naive=naive, direct=direct, probes=probes, probe_bounds=self.probe_bounds, check_ids=check_ids)
+        out["findings"] = [Finding(**f) for f in out["findings"]]
+        return out
 
     def sync(self, label: str = "clean", fault=None, naive: bool = False, probes: bool = False, check_ids=None,
              direct: bool = False) -> SyncOutcome:
@@ -103,6 +132,18 @@ class LiveSession:
         injectable into these running engines: `Fault.live_injectable`), then the checks."""
         if fault is not None and not fault.live_injectable(self.config, self.rollout.knobs):
             raise LookupError(f"{fault.name}: not injectable into the running engines (needs other engines)")
+        if self.device:
+            d = self._device_sync(fault, naive, direct, probes, check_ids)
+            findings = d["findings"]
+            if probes and self.probe_bounds is None and fault is None and not naive and not direct and \
+                    not {f.invariant_id for f in findings if f.verdict == FAIL and f.invariant_id != "P1"}:
+                self.probe_bounds = calibrated_bounds(d["probes"])
+                findings = [f for f in findings if f.invariant_id != "P1"] + self._p1(d["probes"])
+            out = SyncOutcome(label, d["version"], findings, d["fetched"], d["params"], d["seconds"],
+                              d["errors"][0] if d["errors"] else None, d["probes"])
+            out.extra.update(mismatching_params=d["mismatching"], probe_bounds=self.probe_bounds,
+                             payload_bytes=d["payload_bytes"], path="device")
+            return out
         cfg = fault_config(self.config, fault)
         res = run_sync(cfg, self.trainer, self.rollout, fault=fault, capture=DigestFirst(), previous=self.previous_hf,
                        naive=naive, direct=direct, probes=probes, probe_bounds=self.probe_bounds, check_ids=check_ids)
@@ -121,6 +162,14 @@ class LiveSession:
         out.extra["mismatching_params"] = res.mismatching[:20]
         out.extra["probe_bounds"] = self.probe_bounds
         return out
+
+    def _p1(self, metrics) -> list:
+        """P1 on probe metrics alone (the snapshots stayed on the device)."""
+        from harness.record import EngineRecord
+        from invariants import CheckContext
+        ctx = CheckContext(self.config, trainer=Snapshot("trainer", {}), rollout=Snapshot("rollout", {},
+                           EngineRecord(self.rollout.engine)), probes=metrics, probe_bounds=self.probe_bounds)
+        return run_catalog(ctx, ids=["P1"])
 
     def write_snapshot(self, out: str) -> str:
         """The last clean sync as a snapshot directory that `fp8check verify` checks later, elsewhere: the
@@ -163,7 +212,13 @@ def run_live(config: SyncConfig, steps: int, faults: list[str] = (), probes: boo
             caught = bool(set(o.fired) & set(f.trips))
             report["faults"].append({"fault": name, "must_trip": list(f.trips),
                                      "verdict": "caught" if caught else "missed", **o.to_json()})
-            report["syncs"].append(s.sync(f"clean re-sync after {name}").to_json())
+            again = s.sync(f"clean re-sync after {name}")
+            report["syncs"].append(again.to_json())
+            if (again.fired or again.unknown) and f.destructive and s.rollout in s._owned:
+                # the fault broke the engine (the checks keep saying so): a fresh one for the next fault
+                report["syncs"][-1]["engine_replaced"] = True
+                s.restart_rollout()
+                report["syncs"].append(s.sync(f"fresh engine after {name}").to_json())
         report["trainer_after"] = s.trainer.record().to_json()
         if snapshot_dir:
             report["snapshot"] = s.write_snapshot(snapshot_dir)

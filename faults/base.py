@@ -57,6 +57,12 @@ class Fault:
     def setup(self, config: SyncConfig) -> SyncConfig:
         return self.configure(config) if self.configure else config
 
+    @property
+    def needs_differential(self) -> bool:
+        """Only a cold-vs-warm differential can see it (every declared invariant is of that scope)."""
+        from invariants import REGISTRY
+        return all(REGISTRY[i].scope == "differential" for i in self.trips)
+
     def live_injectable(self, config: SyncConfig, engine_knobs=frozenset()) -> bool:
         """Can this fault be injected into engines already running `config`? Not a config change, not an engine
         that must be built differently, not an environment that changes the engines (transport settings may
@@ -86,10 +92,12 @@ def register(fault: Fault) -> Fault:
     return fault
 
 
-def live_faults(config: SyncConfig, engine_knobs=frozenset()) -> list[str]:
+def live_faults(config: SyncConfig, engine_knobs=frozenset(), differential: bool = False) -> list[str]:
     """Every fault injectable into engines running `config`, in the order a live session injects them: the
-    registry's order, destructive ones last."""
-    names = [n for n, f in FAULTS.items() if f.live_injectable(config, engine_knobs)]
+    registry's order, destructive ones last. `differential`: the session also runs the cold-vs-warm
+    differential (faults only it can see are included)."""
+    names = [n for n, f in FAULTS.items() if f.live_injectable(config, engine_knobs)
+             and (differential or not f.needs_differential)]
     return [n for n in names if not FAULTS[n].destructive] + [n for n in names if FAULTS[n].destructive]
 
 

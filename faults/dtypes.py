@@ -17,7 +17,7 @@ def _e5m2(c, p, ctx, index=0):
 
 
 register(Fault("e5m2_codes", "dtypes", "payload", ("S5", "S2"), "one weight quantized to E5M2 instead of E4M3",
-               _e5m2, applies=lambda c: c.recipe.granularity == "block"))
+               _e5m2, applies=lambda c: c.recipe.granularity == "block", destructive=True))
 
 
 def _fnuz(c, p, ctx, index=0):

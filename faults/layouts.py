@@ -103,7 +103,7 @@ def _grid_1x128(c, p, ctx, index=0):
 
 register(Fault("activation_grid_for_weight", "layouts", "payload", ("S4",),
                "one weight quantized with 1x128 blocks (the activation grid) and sent with a [N, K/128] scale",
-               _grid_1x128, applies=lambda c: c.recipe.granularity == "block"))
+               _grid_1x128, applies=lambda c: c.recipe.granularity == "block", destructive=True))
 
 
 def _te_padded(c, p, ctx, index=0):
@@ -117,7 +117,7 @@ register(Fault("te_padded_scale_on_wire", "layouts", "payload", ("S4",),
                "Transformer Engine's stored scale layout (K-blocks padded to a multiple of 4) sent instead of the "
                "unpadded grid", _te_padded,
                applies=lambda c: c.recipe.granularity == "block" and any(
-                   (-(-c.spec.tensor_map()[n].shape[1] // 128)) % 4 for n in fp8_targets(c))))
+                   (-(-c.spec.tensor_map()[n].shape[1] // 128)) % 4 for n in fp8_targets(c)), destructive=True))
 
 
 def _tp_swap(c, index=0):

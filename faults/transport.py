@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from harness.sync.transport import flipped, truncated
+
 from .base import Fault, register
 
 SMALL_BUCKETS = lambda c: replace(c, transport=replace(c.transport, bucket_bytes=1 << 20))  # noqa: E731
@@ -10,7 +12,7 @@ SMALL_BUCKETS = lambda c: replace(c, transport=replace(c.transport, bucket_bytes
 
 def _truncate(c, buckets, which=-1, cut=1000):
     b = list(buckets)
-    b[which] = b[which][:-cut]
+    b[which] = truncated(b[which], cut)
     return b
 
 
@@ -32,9 +34,7 @@ register(Fault("buckets_reordered", "transport", "buckets", ("S7",), "the first 
 
 def _corrupt(c, buckets, which=0, offset=-100):
     b = list(buckets)
-    x = bytearray(b[which])
-    x[offset] ^= 0x40
-    b[which] = bytes(x)
+    b[which] = flipped(b[which], offset, 0x40)
     return b
 
 

@@ -18,15 +18,21 @@ from .registry import get_engine, make_engine
 
 
 # -- the wire ---------------------------------------------------------------------------------------------------
-def encode(obj):
+def encode(obj, ipc: bool = False):
+    """Tensors as (dtype, shape, bytes); with `ipc`, a CUDA tensor as a CUDA IPC handle instead (the receiver, a
+    process on the same GPU, maps the sender's memory: no copy through the host)."""
     import torch
     if isinstance(obj, torch.Tensor):
+        if ipc and obj.is_cuda:
+            from torch.multiprocessing.reductions import reduce_tensor
+            fn, args = reduce_tensor(obj)
+            return ("__cuda_ipc__", fn, args)
         from ..formats.bytes import as_bytes
         return ("__tensor__", str(obj.dtype).removeprefix("torch."), tuple(obj.shape), as_bytes(obj.cpu()).numpy())
     if isinstance(obj, dict):
-        return {k: encode(v) for k, v in obj.items()}
+        return {k: encode(v, ipc) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(encode(v) for v in obj)
+        return type(obj)(encode(v, ipc) for v in obj)
     return obj
 
 
@@ -35,6 +41,8 @@ def decode(obj):
     if isinstance(obj, tuple) and len(obj) == 4 and obj[0] == "__tensor__":
         _, dt, shape, data = obj
         return torch.from_numpy(data.copy()).view(getattr(torch, dt)).reshape(shape)
+    if isinstance(obj, tuple) and len(obj) == 3 and obj[0] == "__cuda_ipc__":
+        return obj[1](*obj[2])
     if isinstance(obj, dict):
         return {k: decode(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -61,6 +69,21 @@ class EngineActor:
     def get(self, attr: str):
         return encode(getattr(self.engine, attr))
 
+    def run_with_engine(self, fn_path: str, args, kwargs):
+        """Run `module:function(engine, *args, **kwargs)` here, where the engine's tensors live (the device sync
+        path runs the pipeline in the trainer's process this way). The function is named, not imported by this
+        module, so the engines' layer stays below the code it runs."""
+        import importlib
+        mod, fn = fn_path.split(":")
+        try:
+            return ("ok", encode(getattr(importlib.import_module(mod), fn)(self.engine, *decode(args), **decode(kwargs))))
+        except Exception as e:  # noqa: BLE001 - crosses the wire as data
+            import traceback
+            return ("error", f"{e.__class__.__name__}: {e} [{traceback.format_exc().strip().splitlines()[-3:]}]")
+
+    def pid(self) -> int:
+        return os.getpid()
+
     def close(self):
         close = getattr(self.engine, "close", None)
         if callable(close):
@@ -83,9 +106,17 @@ class Remote:
     """An engine behind the wire; attribute access returns its methods as plain synchronous calls."""
 
     def __init__(self, kind: str, name: str, config, *, ray: bool = False, num_gpus: float = 0.0,
-                 env: dict | None = None, **kwargs):
+                 env: dict | None = None, ipc: bool = False, _actor=None, **kwargs):
+        """`ipc`: CUDA tensors in calls travel as CUDA IPC handles (engines on the same GPU)."""
         entry = get_engine(kind, name)
-        self.kind, self.name = kind, name
+        self.kind, self.name, self.ipc = kind, name, ipc
+        self._owner = _actor is None
+        if _actor is not None:                 # attach to an engine already running (see `attach`)
+            import ray as _r
+            self._ray, self._actor = _r, _actor
+            self.engine = self._get("engine")
+            self.knobs = frozenset(self._get("knobs")) if kind == "rollout" else frozenset()
+            return
         env = {**entry.environment(config), **(env or {})}
         spec = config.spec.to_dict()
         args = (kind, name, config.to_dict(), spec, encode(kwargs))
@@ -100,6 +131,31 @@ class Remote:
             self._actor = EngineActor(*args)
         self.engine = self._get("engine")
         self.knobs = frozenset(self._get("knobs")) if kind == "rollout" else frozenset()
+
+    @property
+    def handle(self):
+        """The Ray actor handle (another actor attaches to the same engine with `Remote.attach`)."""
+        return self._actor if self._ray is not None else None
+
+    @classmethod
+    def attach(cls, kind: str, name: str, config, handle, *, ipc: bool = False) -> "Remote":
+        """A second client of an engine running in a Ray actor (e.g. from inside another actor)."""
+        return cls(kind, name, config, ipc=ipc, _actor=handle)
+
+    def run_with_engine(self, fn_path: str, *args, **kwargs):
+        """Run `module:function(engine, ...)` in the engine's process (see EngineActor.run_with_engine)."""
+        a = self._actor
+        enc_a, enc_k = encode(tuple(args)), encode(dict(kwargs))
+        status, value = self._wait(a.run_with_engine.remote(fn_path, enc_a, enc_k) if self._ray is not None
+                                   else a.run_with_engine(fn_path, enc_a, enc_k))
+        if status == "error":
+            raise EngineError(value)
+        return decode(value)
+
+    def pid(self) -> int:
+        """The process the engine runs in (a released Ray engine's process exits, returning its GPU memory)."""
+        a = self._actor
+        return self._wait(a.pid.remote()) if self._ray is not None else a.pid()
 
     @property
     def in_ray(self) -> bool:
@@ -117,7 +173,7 @@ class Remote:
         if self._actor is None:
             raise EngineError(f"{self.kind} engine {self.name!r} is closed")
         a = self._actor
-        enc_a, enc_k = encode(tuple(args)), encode(dict(kwargs))
+        enc_a, enc_k = encode(tuple(args), self.ipc), encode(dict(kwargs), self.ipc)
         status, value = self._wait(a.call.remote(method, enc_a, enc_k) if self._ray is not None
                                    else a.call(method, enc_a, enc_k))
         if status == "error":
@@ -132,7 +188,7 @@ class Remote:
     def close(self):
         """Release the engine (a Ray actor is killed, which frees its GPU memory); idempotent."""
         a, self._actor = self._actor, None
-        if a is None:
+        if a is None or not self._owner:      # an attached client leaves the engine to its owner
             return
         if self._ray is not None:
             try:

@@ -106,6 +106,7 @@ class VLLMEngine:
             llm = LLM(**kw)
         self.llm = llm
         self.observe_only = observe_only
+        self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         self.layers = self.rpc("fp8check_instrument")[0]
         self.versions: list[dict] = [defaultdict(set) for _ in range(self.tp)]
         self.updates: list[UpdateRecord] = []
@@ -151,7 +152,9 @@ class VLLMEngine:
         rec = UpdateRecord(version)
         self.updates.append(rec)
         self.generations = []                # the record reports generations since this update began
-        wire = encode([(n, t) for n, t, _ in items])
+        # in process (V1 multiprocessing off) tensors reach the worker as they are: a trainer's CUDA tensors (CUDA
+        # IPC views on the device path) are read device to device; otherwise they cross vLLM's RPC as bytes
+        wire = [(n, t) for n, t, _ in items] if self.in_process else encode([(n, t) for n, t, _ in items])
         try:
             if direct or self.config.rollout.install == "load_weights":
                 self.rpc("fp8check_load_direct", wire)

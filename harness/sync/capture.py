@@ -74,6 +74,8 @@ class DigestFirst:
             expected = {}               # the trainer's export does not fit the layout: read everything
         mismatch = sorted(k for k in got if k not in expected or state_digest(expected[k]) != got[k])
         fetched = rollout.kernel_tensors(mismatch) if mismatch else {}
+        # fetched tensors join the expected ones where those live (the trainer's GPU on the device path)
+        fetched = {k: (t.to(expected[k].device) if k in expected else t) for k, t in fetched.items()}
         # a mismatching parameter with no bytes (left on the meta device) stays out; the record names it (S1)
         tensors = {k: fetched[k] if k in mismatch else expected[k] for k in got if k not in mismatch or k in fetched}
         return Captured(tensors, len(fetched), len(got), mismatch)

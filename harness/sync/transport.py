@@ -1,10 +1,12 @@
-"""Serialized transport: a payload as a sequence of byte buckets (what crosses process / node boundaries:
-NCCL broadcast, CUDA IPC, Ray object store). Each bucket is self-describing:
-
-    b"FP8B" | u32 header length | header JSON {seq, total, version, records: [... offset, nbytes]} | data
+"""Transport: a payload as a sequence of buckets, what crosses process and device boundaries (CUDA IPC between
+processes on one GPU, NCCL, the Ray object store). A bucket is a JSON header {seq, total, version, records: [...
+offset, nbytes]} plus one flat uint8 buffer holding the records' bytes, 16-byte aligned, on whatever device the
+payload lives (a trainer's GPU: the buffer is shared as-is, never copied through host memory). `to_bytes` /
+`from_bytes` give the self-describing byte form (b"FP8B" | u32 header length | header | data) for a byte stream.
 
 The receiver never trusts the wire: it decodes what it can, and reports lost, reordered, truncated and
-digest-mismatching pieces in a ReceiveReport instead of raising, so the invariants see the damage.
+digest-mismatching pieces in a ReceiveReport instead of raising, so the invariants see the damage. Transport
+faults act on buckets through `truncated` and `flipped` (any device).
 """
 from __future__ import annotations
 
@@ -14,9 +16,50 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .payload import Payload, PayloadError, TensorRecord, digest_matches, parse_dtype, tensor_bytes
+from ..formats.bytes import as_bytes
+from .payload import Payload, PayloadError, TensorRecord, digest_matches, parse_dtype
 
 MAGIC = b"FP8B"
+ALIGN = 16
+
+
+@dataclass
+class Bucket:
+    header: dict
+    data: torch.Tensor              # flat uint8, on the payload's device
+
+    def __len__(self) -> int:
+        return int(self.data.numel())
+
+    def to_bytes(self) -> bytes:
+        h = json.dumps(self.header).encode()
+        return MAGIC + struct.pack("<I", len(h)) + h + self.data.cpu().numpy().tobytes()
+
+    @classmethod
+    def from_bytes(cls, b: bytes) -> "Bucket":
+        """Raises PayloadError when the bytes are not a bucket."""
+        if len(b) < 8 or b[:4] != MAGIC:
+            raise PayloadError(f"bad magic or too short ({len(b)} bytes)")
+        (hlen,) = struct.unpack("<I", b[4:8])
+        try:
+            header = json.loads(b[8:8 + hlen])
+        except (ValueError, UnicodeDecodeError) as e:
+            raise PayloadError(f"header unreadable ({e.__class__.__name__})") from None
+        raw = b[8 + hlen:]
+        data = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        return cls(header, data)
+
+
+def truncated(b: Bucket, cut: int) -> Bucket:
+    """The bucket without its last `cut` bytes (a transfer cut short)."""
+    return Bucket(b.header, b.data[: max(0, len(b) - cut)])
+
+
+def flipped(b: Bucket, offset: int, mask: int) -> Bucket:
+    """The bucket with one byte XOR-ed (corruption in transit); the original is left as it was."""
+    d = b.data.clone()
+    d[offset] ^= mask
+    return Bucket(b.header, d)
 
 
 @dataclass
@@ -42,7 +85,7 @@ class ReceiveReport:
                 "decode_errors": self.decode_errors, "digest_mismatch": self.digest_mismatch, "dropped": self.dropped}
 
 
-def pack(payload: Payload, bucket_bytes: int) -> list[bytes]:
+def pack(payload: Payload, bucket_bytes: int) -> list[Bucket]:
     groups: list[list[TensorRecord]] = [[]]
     size = 0
     for r in payload.records:
@@ -54,51 +97,65 @@ def pack(payload: Payload, bucket_bytes: int) -> list[bytes]:
         size += n
     out = []
     for seq, recs in enumerate(groups):
-        data, meta, off = [], [], 0
+        parts, meta, off = [], [], 0
         for r in recs:
-            b = tensor_bytes(payload.tensors[r.name])
-            meta.append({**r.to_json(), "offset": off, "nbytes": len(b)})
-            data.append(b)
-            off += len(b)
-        header = json.dumps({"seq": seq, "total": len(groups), "version": payload.version, "records": meta}).encode()
-        out.append(MAGIC + struct.pack("<I", len(header)) + header + b"".join(data))
+            b = as_bytes(payload.tensors[r.name])
+            pad = (-off) % ALIGN
+            if pad:
+                parts.append(torch.zeros(pad, dtype=torch.uint8, device=b.device))
+                off += pad
+            meta.append({**r.to_json(), "offset": off, "nbytes": int(b.numel())})
+            parts.append(b)
+            off += int(b.numel())
+        device = parts[0].device if parts else torch.device("cpu")
+        data = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8, device=device)
+        out.append(Bucket({"seq": seq, "total": len(groups), "version": payload.version, "records": meta}, data))
     return out
 
 
-def unpack(buckets: list[bytes], verify_digests: bool = True) -> tuple[Payload, ReceiveReport]:
+def unpack(buckets: list, verify_digests: bool = True) -> tuple[Payload, ReceiveReport]:
+    """Buckets (or their byte form) -> the payload as received; tensors are views into the buckets' buffers."""
     rep = ReceiveReport()
     records: list[TensorRecord] = []
     tensors: dict[str, torch.Tensor] = {}
     version = -1
     for i, b in enumerate(buckets):
         rep.buckets += 1
-        if len(b) < 8 or b[:4] != MAGIC:
-            rep.decode_errors.append(f"bucket {i}: bad magic or too short ({len(b)} bytes)")
-            continue
-        (hlen,) = struct.unpack("<I", b[4:8])
-        try:
-            header = json.loads(b[8:8 + hlen])
-        except (ValueError, UnicodeDecodeError) as e:
-            rep.decode_errors.append(f"bucket {i}: header unreadable ({e.__class__.__name__})")
-            continue
-        rep.sequence.append(int(header["seq"]))
-        rep.expected_buckets = int(header["total"])
-        version = int(header["version"])
-        data = b[8 + hlen:]
-        for m in header["records"]:
+        if not isinstance(b, Bucket):
             try:
-                rec = TensorRecord.from_json(m)
+                b = Bucket.from_bytes(b)
             except PayloadError as e:
                 rep.decode_errors.append(f"bucket {i}: {e}")
                 continue
+        try:
+            h = b.header
+            seq, total, version, metas = int(h["seq"]), int(h["total"]), int(h["version"]), list(h["records"])
+        except (KeyError, TypeError, ValueError) as e:
+            rep.decode_errors.append(f"bucket {i}: header incomplete ({e.__class__.__name__}: {e})")
+            continue
+        rep.sequence.append(seq)
+        rep.expected_buckets = total
+        for m in metas:
+            try:
+                rec = TensorRecord.from_json(m)
+                off, nbytes = int(m["offset"]), int(m["nbytes"])
+            except (PayloadError, KeyError, TypeError, ValueError) as e:
+                rep.decode_errors.append(f"bucket {i}: {e}")
+                continue
             records.append(rec)
-            raw = data[m["offset"]:m["offset"] + m["nbytes"]]
-            if len(raw) != m["nbytes"]:
-                rep.decode_errors.append(f"bucket {i}: {rec.name} truncated ({len(raw)} of {m['nbytes']} bytes)")
+            raw = b.data[off:off + nbytes]
+            if raw.numel() != nbytes:
+                rep.decode_errors.append(f"bucket {i}: {rec.name} truncated ({raw.numel()} of {nbytes} bytes)")
                 rep.dropped.append(rec.name)
                 continue
-            t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(parse_dtype(rec.dtype)).reshape(rec.shape) \
-                if raw else torch.empty(rec.shape, dtype=parse_dtype(rec.dtype))
+            try:
+                t = raw.view(parse_dtype(rec.dtype)).reshape(rec.shape) if nbytes else \
+                    torch.empty(rec.shape, dtype=parse_dtype(rec.dtype), device=b.data.device)
+            except (RuntimeError, PayloadError) as e:
+                rep.decode_errors.append(f"bucket {i}: {rec.name} does not decode as {rec.dtype} {list(rec.shape)} "
+                                         f"({e.__class__.__name__})")
+                rep.dropped.append(rec.name)
+                continue
             if not digest_matches(t, rec.digest):
                 rep.digest_mismatch.append(rec.name)
                 if verify_digests:

@@ -1,14 +1,18 @@
-"""Fixtures for the GPU machine: one Ray session, engines started once per configuration and shared, and a
-results file ($FP8CHECK_RESULTS, JSON lines) holding every measured figure the tests assert on."""
+"""Fixtures for the GPU machine: engines behind the remote wrapper (Ray actors), started once per configuration
+within a phase and released at its end, a check that every released engine's process is gone (so its GPU memory
+is back), and a results file ($FP8CHECK_RESULTS, JSON lines) holding every measured figure the tests assert on.
+
+Phases (ci/gpu_session.sh) run as separate pytest processes, each well inside 9 minutes, each printing its own
+summary; a phase may share a Ray cluster with another (RAY_ADDRESS) or start its own."""
 import json
 import os
-import tempfile
 import time
 
 import pytest
 
 ENGINES: dict = {}
 TRAINERS: dict = {}
+CLOSED_PIDS: list = []
 
 
 def record(name: str, **data):
@@ -18,52 +22,89 @@ def record(name: str, **data):
             f.write(json.dumps({"test": name, "time": time.time(), **data}, default=str) + "\n")
 
 
+def _key(config, extra=()) -> str:
+    return json.dumps([config.to_dict(), list(extra)], sort_keys=True, default=str)
+
+
+def _close(handle):
+    pid = handle.pid()
+    handle.close()
+    CLOSED_PIDS.append(pid)
+
+
+def _gone(pid: int, timeout: float = 90.0) -> bool:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        time.sleep(0.5)
+    return False
+
+
 @pytest.fixture(scope="session")
 def ray_session():
-    from harness.ray_workers import RayWire, start_ray
-    start_ray()
-    yield RayWire
-    RayWire.shutdown()
+    from harness.engines.remote import start_ray
+    ray = start_ray()
+    yield ray
+    for h in list(ENGINES.values()) + list(TRAINERS.values()):
+        _close(h)
+    ENGINES.clear()
+    TRAINERS.clear()
+    alive = [p for p in CLOSED_PIDS if not _gone(p)]
+    record("engines_released", pids=CLOSED_PIDS, alive=alive)
+    assert not alive, f"engine processes still alive after release (GPU memory not returned): {alive}"
+    if os.environ.get("FP8CHECK_GPU_EXCLUSIVE") == "1":       # this phase ran alone: free memory is back
+        import torch
+        free, total = torch.cuda.mem_get_info()
+        record("gpu_memory_after_phase", free_gib=round(free / 2 ** 30, 1), total_gib=round(total / 2 ** 30, 1))
+        assert free > 0.9 * total, f"only {free / 2 ** 30:.1f} of {total / 2 ** 30:.1f} GiB free after the phase"
 
 
 @pytest.fixture(scope="session")
-def workdir():
-    return tempfile.mkdtemp(prefix="fp8check-gpu-")
+def engine(ray_session):
+    """engine(config, **kwargs) -> a vLLM rollout engine (Remote), started once per distinct configuration."""
+    from harness.engines.remote import Remote
 
-
-@pytest.fixture(scope="session")
-def engine(ray_session, workdir):
-    """engine(config, ignored_layers=None) -> Ray rollout worker, started once per distinct configuration."""
-    from harness.ray_workers import rollout_actor
-
-    def get(config, ignored_layers=None):
-        key = (json.dumps(config.to_dict(), sort_keys=True, default=str), tuple(ignored_layers or ()))
+    def get(config, **kw):
+        key = _key(config, sorted(kw.items()))
         if key not in ENGINES:
             t0 = time.perf_counter()
-            a = rollout_actor(config, workdir, num_gpus=0.1, ignored_layers=ignored_layers)
-            info = ray_session.get(a.ready.remote())
-            record("engine_start", model=config.model, recipe=config.recipe.name, env=info["env"],
+            ENGINES[key] = Remote("rollout", "vllm", config, ray=True, num_gpus=0.05, **kw)
+            record("engine_start", model=config.model, recipe=config.recipe.name, settings=dict(kw),
                    seconds=round(time.perf_counter() - t0, 1))
-            ENGINES[key] = a
         return ENGINES[key]
     return get
 
 
 @pytest.fixture(scope="session")
-def trainer(ray_session):
-    from harness.ray_workers import trainer_actor
+def release(ray_session):
+    """release(handle): close an engine now (a phase that starts many engines keeps the card from filling)."""
+    def rel(handle):
+        for d in (ENGINES, TRAINERS):
+            for k, v in list(d.items()):
+                if v is handle:
+                    del d[k]
+        _close(handle)
+    return rel
 
-    def get(config, source="megatron"):
-        # one trainer per (model, recipe, trainer settings): the rollout side of the config does not matter to it
+
+@pytest.fixture(scope="session")
+def trainer(ray_session):
+    """trainer(config, name="megatron") -> a trainer (Remote), one per (model, recipe, trainer settings)."""
+    from harness.engines.remote import Remote
+
+    def get(config, name="megatron"):
         d = config.to_dict()
-        key = (json.dumps({k: d[k] for k in ("model", "recipe", "trainer", "seed", "exclude")}, sort_keys=True,
-                          default=str), source)
+        key = json.dumps([{k: d[k] for k in ("model", "recipe", "trainer", "seed", "exclude")}, name],
+                         sort_keys=True, default=str)
         if key not in TRAINERS:
             t0 = time.perf_counter()
-            a = trainer_actor(config, num_gpus=0.1, fp8_source=source)
-            info = ray_session.get(a.info.remote())
-            record("trainer_start", model=config.model, recipe=config.recipe.name, info=info,
+            TRAINERS[key] = Remote("trainer", name, config, ray=True, num_gpus=0.05)
+            record("trainer_start", model=config.model, recipe=config.recipe.name, trainer=name,
                    seconds=round(time.perf_counter() - t0, 1))
-            TRAINERS[key] = a
         return TRAINERS[key]
     return get

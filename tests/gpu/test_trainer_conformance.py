@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.formats.bytes import as_bytes
 from harness.config import recommended_config
 from harness.engines.cpu.trainer import ReferenceTrainer
+from harness.formats.bytes import as_bytes
 
 from .conftest import record
 
@@ -18,13 +18,14 @@ pytestmark = pytest.mark.gpu
                                                      ("tiny-dense", "blockwise-pow2", False),
                                                      ("tiny-dense", "blockwise-fp32", True),
                                                      ("tiny-moe", "blockwise-fp32", False)])
-def test_megatron_fp8_weights_match_reference(ray_session, trainer, model, recipe, fp8_param):
+def test_megatron_fp8_weights_match_reference(trainer, release, model, recipe, fp8_param):
     cfg = recommended_config(model, recipe)
     cfg = replace(cfg, trainer=replace(cfg.trainer, fp8_param=fp8_param))
     a = trainer(cfg)
-    step = ray_session.get(a.step.remote())
-    live = ray_session.get(a.export_hf.remote())
-    info = ray_session.get(a.info.remote())
+    step = a.optimizer_step()
+    live = a.export_hf()
+    info = a.record().info
+    release(a)
     ref = ReferenceTrainer(cfg)
     for _ in range(step):
         ref.optimizer_step()
@@ -32,8 +33,7 @@ def test_megatron_fp8_weights_match_reference(ray_session, trainer, model, recip
     diff = []
     for n, t in exp.items():
         g = live.get(n)
-        if g is None or g.shape != t.shape or g.dtype != t.dtype or not torch.equal(
-                as_bytes(g), as_bytes(t)):
+        if g is None or g.shape != t.shape or g.dtype != t.dtype or not torch.equal(as_bytes(g), as_bytes(t)):
             diff.append({"tensor": n, "live": None if g is None else [list(g.shape), str(g.dtype)],
                          "ref": [list(t.shape), str(t.dtype)],
                          "differing": None if g is None or g.shape != t.shape else

@@ -1,0 +1,39 @@
+"""The device sync path: the pipeline runs in the trainer's process, where its FP8 forward weights live on the
+GPU, and drives the rollout engine (another process on the same GPU) through an attached client whose calls carry
+CUDA tensors as CUDA IPC handles. Export, payload, buckets and the expected engine state and its digests stay on
+the GPU; vLLM reads the payload device to device; only digests, the records and mismatching parameters cross to
+a host. The catalog runs there too (checks are pure functions; where they run does not change them) and the
+findings come back as plain data. LiveSession(device=True) calls these through `Remote.run_with_engine`.
+"""
+from __future__ import annotations
+
+from harness.config import SyncConfig
+from harness.engines.remote import Remote
+from harness.models import MODELS, ModelSpec, register_model
+from harness.sync.pipeline import DigestFirst, fault_config, run_sync
+
+_STATE: dict = {}            # per trainer process: the export before the last step (faults mixing versions read it)
+
+
+def device_step(trainer) -> int:
+    _STATE["previous"] = trainer.export_hf()
+    return trainer.optimizer_step()
+
+
+def device_sync(trainer, rollout_handle, rollout_name: str, config_data: dict, spec_data: dict, *,
+                fault: str | None = None, fault_params: dict | None = None, naive: bool = False,
+                direct: bool = False, probes: bool = False, probe_bounds: dict | None = None,
+                check_ids=None, prompts=None) -> dict:
+    from faults import FAULTS
+    if spec_data["name"] not in MODELS:
+        register_model(ModelSpec.from_dict(spec_data))
+    config = SyncConfig.from_dict(config_data, "device sync config")
+    rollout = Remote.attach("rollout", rollout_name, config, rollout_handle, ipc=True)
+    f = FAULTS[fault].with_params(**(fault_params or {})) if fault else None
+    res = run_sync(fault_config(config, f), trainer, rollout, fault=f, capture=DigestFirst(),
+                   previous=_STATE.get("previous"), naive=naive, direct=direct, probes=probes,
+                   probe_bounds=probe_bounds, check_ids=check_ids, prompts=prompts)
+    return {"version": res.version, "findings": [x.to_json() for x in res.findings], "fetched": res.fetched,
+            "params": res.params, "mismatching": res.mismatching[:20], "seconds": res.seconds,
+            "errors": res.errors, "probes": res.probes, "record": res.rollout.meta.to_json(),
+            "payload_bytes": sum(t.numel() * t.element_size() for t in res.sent.tensors.values())}
