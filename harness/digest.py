@@ -34,7 +34,7 @@ from .formats.bytes import as_bytes
 KEYS = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F)
 MASK32 = 0xFFFFFFFF
 CHUNK_WORDS = 1 << 20          # per-chunk buffers: a few MiB whatever the tensor size
-CACHED_CHUNKS = 2              # multiplier tables kept for words [0, 2M): 32 MiB, covers typical payload tensors
+CACHED_CHUNKS = 2              # multiplier tables kept for words [0, 2M) (grown on demand, at most 32 MiB)
 
 
 def _s32(v: int) -> int:
@@ -89,12 +89,14 @@ def lane_consts(base: int) -> tuple[int, ...]:
     return tuple(k ^ fmix32_int(hi ^ k) for k in KEYS)
 
 
-def multipliers(base: int, count: int, device="cpu", out=None, tmp=None) -> torch.Tensor:
-    """m_ij for i in [base, base + count) (count <= CHUNK_WORDS, base a multiple of it), int32 [4, count]."""
+def multipliers(base: int, count: int, device="cpu", out=None) -> torch.Tensor:
+    """m_ij for i in [base, base + count) (count <= CHUNK_WORDS, base a multiple of it), int32 [4, count].
+    `out`: a [4, >= count] int32 buffer plus two [>= count] int32 work buffers, as a tuple."""
     assert base % CHUNK_WORDS == 0 and count <= CHUNK_WORDS
-    out = torch.empty((4, count), dtype=torch.int32, device=device) if out is None else out[:, :count]
-    tmp = torch.empty(count, dtype=torch.int32, device=device) if tmp is None else tmp[:count]
-    lo = torch.arange(count, dtype=torch.int32, device=device)
+    if out is None:
+        out = tuple(torch.empty(shape, dtype=torch.int32, device=device) for shape in ((4, count), count, count))
+    out, tmp, lo = out[0][:, :count], out[1][:count], out[2][:count]
+    torch.arange(count, out=lo)
     lo += _s32(base)                                    # lo32(i): base's low bits are below 2^32 - 2^20
     one = _consts(device)["one"]
     for j, c in enumerate(lane_consts(base)):
@@ -107,31 +109,42 @@ def multipliers(base: int, count: int, device="cpu", out=None, tmp=None) -> torc
 _MULT_CACHE: dict = {}
 
 
-def _chunk_multipliers(base: int, count: int, device, out, tmp) -> torch.Tensor:
+def _chunk_multipliers(base: int, count: int, device, out) -> torch.Tensor:
+    """Multipliers of words [base, base + count): cached for the first CACHED_CHUNKS chunks (tables grow to the
+    largest count asked for), else computed into `out` ([4, CHUNK_WORDS] scratch)."""
     c = base // CHUNK_WORDS
     if c >= CACHED_CHUNKS:
-        return multipliers(base, count, device, out, tmp)
+        return multipliers(base, count, device, out())
     key = (c, CHUNK_WORDS, str(device))
     m = _MULT_CACHE.get(key)
-    if m is None:
-        m = _MULT_CACHE[key] = multipliers(base, CHUNK_WORDS, device)
+    if m is None or m.shape[1] < count:
+        size = min(CHUNK_WORDS, max(count, 2 * (0 if m is None else m.shape[1]), 4096))
+        m = _MULT_CACHE[key] = multipliers(base, size, device)
     return m[:, :count]
 
 
 _SCRATCH = threading.local()
 
 
-def _scratch(device):
-    """Reused int32 buffers (fresh multi-MiB allocations page-fault on every call): words, tmp, [4, n] table."""
+def _scratch(n: int, device):
+    """Reused int32 buffers, grown to the largest chunk seen (a fresh multi-MiB allocation page-faults on every
+    call): words, tmp, and lazily the buffers `multipliers` needs for chunks past the cached ones."""
     bufs = getattr(_SCRATCH, "bufs", None)
     if bufs is None:
         bufs = _SCRATCH.bufs = {}
-    key = str(device)
-    if key not in bufs or bufs[key][0].numel() != CHUNK_WORDS:
-        bufs[key] = (torch.empty(CHUNK_WORDS, dtype=torch.int32, device=device),
-                     torch.empty(CHUNK_WORDS, dtype=torch.int32, device=device),
-                     torch.empty((4, CHUNK_WORDS), dtype=torch.int32, device=device))
-    return bufs[key]
+    key = (str(device), CHUNK_WORDS)
+    b = bufs.get(key)
+    if b is None or b["words"].numel() < n:
+        size = min(CHUNK_WORDS, max(n, 2 * (0 if b is None else b["words"].numel())))
+        b = bufs[key] = {"words": torch.empty(size, dtype=torch.int32, device=device),
+                         "tmp": torch.empty(size, dtype=torch.int32, device=device)}
+
+    def table():
+        if "table" not in b:
+            b["table"] = tuple(torch.empty(shape, dtype=torch.int32, device=device)
+                               for shape in ((4, CHUNK_WORDS), CHUNK_WORDS, CHUNK_WORDS))
+        return b["table"]
+    return b["words"], b["tmp"], table
 
 
 def lane_sums(t: torch.Tensor) -> tuple[int, int, int, int]:
@@ -141,7 +154,7 @@ def lane_sums(t: torch.Tensor) -> tuple[int, int, int, int]:
     sums = [0, 0, 0, 0]
     if nbytes == 0:
         return tuple(sums)
-    words, tmp, table = _scratch(b.device)
+    words, tmp, table = _scratch(min(CHUNK_WORDS, -(-nbytes // 4)), b.device)
     on_cpu = b.device.type == "cpu"
     step = 4 * CHUNK_WORDS
     for s in range(0, nbytes, step):
@@ -155,7 +168,7 @@ def lane_sums(t: torch.Tensor) -> tuple[int, int, int, int]:
             w[-1] = 0
             w.view(torch.uint8)[:nb].copy_(seg)
         _fmix32_(w, tmp[:n])
-        m = _chunk_multipliers(s // 4, n, b.device, table, tmp)
+        m = _chunk_multipliers(s // 4, n, b.device, table)
         if on_cpu and n <= 1 << 15:                      # int32 mv / dot wrap mod 2^32: one pass, no temporary
             part = torch.mv(m, w).tolist()
         elif on_cpu:
@@ -175,7 +188,8 @@ def _fmt(t: torch.Tensor, sums=None) -> str:
 
 
 def state_digest(t: torch.Tensor) -> str:
-    """Digest string of one tensor (see the module docstring for the exact definition)."""
+    """Digest string of one tensor, the same string whether t lives on the CPU (pure torch) or on a CUDA device
+    (Triton kernel); the exact definition is in the module docstring."""
     return state_digests({"t": t})["t"]
 
 

@@ -2,7 +2,7 @@
 
 Each program reads BLOCK words once, whitens them (fmix32), computes its multipliers in-kernel from the word
 indices (no tables, no int64 copy of the tensor) and writes one uint32 partial sum per lane; partial sums of all
-tensors of a batch are reduced on the device and copied to the host once.  Word-aligned tensors are read as
+tensors of a batch are reduced on the device (no host sync per tensor) and copied to the host once.  Word-aligned tensors are read as
 uint32 words (whole blocks unmasked, then the last partial block and the last partial word as two tiny
 launches; the sums add); tensors whose bytes do not start on a 4-byte boundary are read as bytes and assembled
 into words in-kernel (same words, so the same sums).
@@ -103,15 +103,17 @@ def lane_sums_batched(tensors: list, base_word: int = 0) -> list:
         return []
     device = tensors[0].device
     plan = [(ti, l) for ti, t in enumerate(tensors) for l in _launches(as_bytes(t), base_word)]
+    if not plan:                                             # only empty tensors
+        return [(0, 0, 0, 0)] * len(tensors)
     counts = [_programs(units, byt) for _, (_, units, _, byt, _) in plan]
     parts = torch.empty((sum(counts), 4), dtype=torch.int32, device=device)
-    owner = torch.empty(sum(counts), dtype=torch.int64, device=device)
+    spans = [[0, 0] for _ in tensors]                        # each tensor's rows of `parts` are contiguous
     row = 0
     for (ti, (src, units, base, byt, masked)), p in zip(plan, counts):
         _digest_kernel[(p,)](src, parts[row:row + p], units, base, BLOCK=BLOCK, BYTES=byt, MASKED=masked,
                              num_warps=8)
-        owner[row:row + p] = ti
+        spans[ti] = [spans[ti][0] if spans[ti][1] else row, row + p]
         row += p
-    sums = torch.zeros((len(tensors), 4), dtype=torch.int64, device=device)
-    sums.index_add_(0, owner, parts.to(torch.int64) & MASK32)
-    return [tuple(int(v) & MASK32 for v in r) for r in (sums & MASK32).cpu().tolist()]
+    wide = parts.to(torch.int64) & MASK32                    # uint32 partials; a sum of < 2^31 of them fits
+    sums = torch.stack([wide[a:b].sum(0) if b > a else wide.new_zeros(4) for a, b in spans])
+    return [tuple(int(v) & MASK32 for v in r) for r in sums.cpu().tolist()]

@@ -19,9 +19,13 @@ import torch
 
 from harness.formats import quantize_blockwise
 from harness.formats.bytes import as_bytes
-from tests.gpu.test_te_conformance import _case
 
-from tests.triton_interp import load
+try:                                 # pytest puts tests/ on sys.path (rootdir conftest, no tests/__init__.py)
+    from gpu.test_te_conformance import _case
+    from triton_interp import load
+except ImportError:                  # imported from the repository root
+    from tests.gpu.test_te_conformance import _case
+    from tests.triton_interp import load
 
 tb = load("harness.formats.triton_blockwise")
 
@@ -213,15 +217,3 @@ def test_sm90_ptx_keeps_ieee_operations():
         assert ops.get("mul.f32", 0) > 0 and "ftz" not in flat, (name, ops)
         assert not re.search(r"div\.(full|approx)|rcp|fma|e4m3|e5m2|satfinite", flat), (name, ops)
         assert ops.get("ld.global.v4.b32", 0) > 0 and ops.get("st.global.v4.b32", 0) > 0, (name, ops)
-
-
-def test_import_without_triton_raises_only_when_called():
-    code = ("import sys; sys.modules['triton'] = None\n"
-            "import harness.formats, harness.formats.triton_blockwise as tb, torch\n"
-            "from harness.formats import quantize_blockwise_triton\n"
-            "try:\n    quantize_blockwise_triton(torch.ones(4, 4))\n"
-            "except ImportError as e:\n    print('ImportError:', e)\n")
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "ImportError: quantize_blockwise_triton needs Triton" in r.stdout
