@@ -37,11 +37,13 @@ def bench_quantize():
 
 
 def bench_digest():
+    from harness.digest import state_digest
     from harness.engines.digest import device_digest
     from harness.sync.payload import tensor_digest
     x = torch.randn(4096, 4096)
     mb = x.numel() * 4 / 2 ** 20
-    for name, fn in (("device_digest (int64 polynomial)", lambda: device_digest(x)),
+    for name, fn in (("state_digest (4 x 32-bit lanes)", lambda: state_digest(x)),
+                     ("device_digest (int64 polynomial)", lambda: device_digest(x)),
                      ("blake2b manifest digest", lambda: tensor_digest(x))):
         t = timed(fn)
         print(f"digest    {name:32s} 64 MiB fp32: {t * 1e3:7.1f} ms  ({mb / t:7.1f} MiB/s)")

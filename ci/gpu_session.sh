@@ -1,21 +1,38 @@
 #!/bin/bash
-# The GPU test session: bash ci/gpu_session.sh PHASE [TEST_ID ...]  (PHASE: dense | moe | all; test ids, when
-# given, replace tests/gpu and the phase's selection), on a machine with the GPU
-# stack (vLLM 0.26, Transformer Engine 2.20, Megatron-Core 0.19, Ray 2.60). Writes pytest's log and every
-# measured figure (JSON lines) under ${OUT:-./gpu-results}.
+# The GPU test session, phase by phase: bash ci/gpu_session.sh PHASE [PHASE ...]   (or: all)
+# Phases: numerics conformance-dense conformance-moe live serving user scale e2e. Each phase is one pytest process
+# with its own time limit (well inside 9 minutes), engines shared within it and released at its end, and prints
+# its own summary line. Logs and every measured figure (JSON lines) go under ${OUT:-./gpu-results}.
 set -uo pipefail
 [[ -f /tmp/gpu-env.sh ]] && source /tmp/gpu-env.sh
 OUTDIR=${OUT:-$PWD/gpu-results}; mkdir -p "$OUTDIR"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 FP8CHECK_RESULTS=$OUTDIR/results-${1:-}.jsonl
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-case ${1:-} in
-  dense) K="not moe and not experts_permuted";;
-  moe)   K="moe or experts_permuted";;
-  all)   K="";;
-  *) echo "usage: $0 dense|moe|all [TEST_ID ...]"; exit 2;;
-esac
-PHASE=$1; shift
-TESTS=("$@"); [[ ${#TESTS[@]} -gt 0 ]] && K="" || TESTS=(tests/gpu)
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-timeout "${GPU_TIMEOUT:-560}" python3 -m pytest "${TESTS[@]}" -m gpu ${K:+-k "$K"} -p no:cacheprovider -rA --tb=short \
-  -o addopts="" 2>&1 | tee "$OUTDIR/pytest-$PHASE.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|error|Error" | tail -80
+declare -A FILES=(
+  [numerics]="tests/gpu/test_te_conformance.py tests/gpu/test_triton_conformance.py tests/gpu/test_trainer_conformance.py"
+  [conformance-dense]="tests/gpu/test_vllm_conformance.py -k dense_or_digest"
+  [conformance-moe]="tests/gpu/test_vllm_conformance.py -k moe"
+  [live]="tests/gpu/test_live.py"
+  [serving]="tests/gpu/test_serving.py"
+  [user]="tests/gpu/test_user_engine.py"
+  [scale]="tests/gpu/test_real_scale.py"
+  [e2e]="tests/gpu/test_e2e_rl.py"
+)
+ORDER="numerics conformance-dense conformance-moe live serving user scale e2e"
+PHASES="$*"; [[ -z "$PHASES" || "$PHASES" == all ]] && PHASES=$ORDER
+rc=0
+for ph in $PHASES; do
+  spec=${FILES[$ph]:-}
+  if [[ -z "$spec" ]]; then echo "gpu_session: unknown phase $ph (phases: $ORDER)"; exit 2; fi
+  sel=(${spec%% -k *}); k=""; [[ "$spec" == *" -k "* ]] && k=${spec##* -k }; k=${k//_or_/ or }
+  export FP8CHECK_RESULTS=$OUTDIR/results-$ph.jsonl
+  echo "=== phase $ph: ${sel[*]} ${k:+-k \"$k\"}"
+  timeout --signal=INT "${GPU_TIMEOUT:-540}" python3 -m pytest "${sel[@]}" ${k:+-k "$k"} -m gpu -p no:cacheprovider \
+    -o addopts="" -q -rfE --tb=short --timeout="${TEST_TIMEOUT:-300}" > "$OUTDIR/pytest-$ph.log" 2>&1
+  prc=$?
+  grep -E "^(FAILED|ERROR)" "$OUTDIR/pytest-$ph.log" | head -20
+  summary=$(grep -E "(passed|failed|error|skipped|deselected).* in [0-9.]+s" "$OUTDIR/pytest-$ph.log" | tail -1)
+  echo "=== phase $ph summary (rc $prc): ${summary:-no summary: the phase was stopped at its time limit}"
+  [[ $prc -ne 0 ]] && rc=1
+done
+exit $rc

@@ -49,7 +49,7 @@ class LiveSession:
     engines and their GPU memory."""
 
     def __init__(self, config: SyncConfig, *, trainer: str = "megatron", rollout: str = "vllm", ray: bool = True,
-                 num_gpus: float = 0.3, trainer_kwargs: dict | None = None, rollout_kwargs: dict | None = None,
+                 num_gpus: float = 0.1, trainer_kwargs: dict | None = None, rollout_kwargs: dict | None = None,
                  trainer_engine=None, rollout_engine=None, device: bool = False):
         """`trainer` / `rollout`: registered engine names, started behind the remote wrapper; or pass engines
         already running (`trainer_engine`, `rollout_engine`: anything with the protocol's methods), which the

@@ -29,6 +29,9 @@ class TrainerConfig:
     # NVTE_FP8_BLOCK_SCALING_FP32_SCALES and friends); None: as the recipe says
     scale_format: str | None = None
     amax_epsilon: float | None = None
+    # the device sync path: masters generated and kept on the trainer's GPU (deterministic from the seed, not the
+    # CPU reference's; real shapes), the FP8 export left there
+    device: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,11 @@ import torch
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
+# Without CUDA, Triton kernels run in Triton's interpreter; it must be chosen before triton is first imported
+# (torch.compile imports it too), see tests/triton_interp.py
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 def _gpu_stack() -> str | None:
     """Why the GPU tests cannot run here, or None when they can."""

@@ -13,7 +13,7 @@ PACKAGES = ("harness", "invariants", "faults", "e2e")
 # lowest first; a module may import its own layer or any lower one (docs/design.md, "Layers")
 LAYERS = [
     ("harness.formats", "harness.schema"),
-    ("harness.models", "harness.layouts", "harness.alignment", "harness.digest"),
+    ("harness.models", "harness.layouts", "harness.alignment", "harness.digest", "harness.digest_triton"),
     ("harness.config", "harness.numerics"),
     ("harness.sync.payload", "harness.sync.transport", "harness.record", "harness.snapshot", "harness.jobconfig",
      "harness.strategies"),

@@ -53,8 +53,9 @@ def _free_port() -> int:
 
 
 def _from_te(t, shape, device="cpu"):
-    codes = t._rowwise_data.view(torch.float8_e4m3fn).reshape(shape).to(device)
-    return codes, te_to_wire(t._rowwise_scale_inv.to(device), tuple(shape), block_dim=2)
+    # always a copy: TE re-quantizes into the same workspace on the next forward
+    codes = t._rowwise_data.view(torch.float8_e4m3fn).reshape(shape).to(device, copy=True)
+    return codes, te_to_wire(t._rowwise_scale_inv.to(device, copy=True), tuple(shape), block_dim=2)
 
 
 def megatron_fp8_weights(model, layout, device="cpu") -> tuple[dict, dict]:
@@ -84,8 +85,23 @@ def megatron_fp8_weights(model, layout, device="cpu") -> tuple[dict, dict]:
                 raise RuntimeError(f"{n}: no FP8 weight found in Transformer Engine's workspaces (run a forward "
                                    f"under the blockwise FP8 recipe first)")
         else:
-            out[n] = p.detach().to(torch.bfloat16).to(device)
+            out[n] = p.detach().to(device=device, dtype=torch.bfloat16, copy=True)
     return out, source
+
+
+def device_masters(layout, seed: int, step: int, device="cuda", prev: dict | None = None) -> dict:
+    """Deterministic fp32 masters generated on the device (real shapes: no host copy), Megatron names: the same
+    distribution as the CPU reference's (GEMMs and embeddings N(0, 0.05), norms 1 + N(0, 0.1)), then each step
+    an elementwise update from a per-step, per-tensor generator."""
+    out = {}
+    for i, (n, shape) in enumerate(sorted(layout.megatron_shapes.items())):
+        g = torch.Generator(device=device).manual_seed(1_000_003 * (seed + 1) + 7919 * i + 104_729 * step)
+        if prev is None:
+            x = torch.randn(shape, generator=g, device=device, dtype=torch.float32)
+            out[n] = 1.0 + 0.1 * x if "norm" in n or n.endswith("layer_norm_weight") else 0.05 * x
+        else:
+            out[n] = prev[n] + 1e-3 * torch.randn(shape, generator=g, device=device, dtype=torch.float32)
+    return out
 
 
 class MegatronTrainer:
@@ -147,7 +163,12 @@ class MegatronTrainer:
 
     # -- weights -----------------------------------------------------------------------------------------------
     def load_masters(self, step: int):
-        masters = megatron_masters(self.config.model, self.config.seed, step)
+        if self.config.trainer.device:
+            self.masters = device_masters(self.layout, self.config.seed, step,
+                                          prev=getattr(self, "masters", None) if step else None)
+            masters = self.masters
+        else:
+            masters = megatron_masters(self.config.model, self.config.seed, step)
         with torch.no_grad():
             for n, p in self.model.named_parameters():
                 src = masters[n].to("cuda")
@@ -187,13 +208,16 @@ class MegatronTrainer:
                 self.model.eval()
                 self._forward(torch.zeros(1, 64, dtype=torch.long, device="cuda"))
             self._fresh = True
-        out, self.sources = megatron_fp8_weights(self.model, self.layout)
+        out, self.sources = megatron_fp8_weights(self.model, self.layout,
+                                                 device="cuda" if self.config.trainer.device else "cpu")
         return out
 
     def export_hf(self) -> dict:
         return self.layout.megatron_to_hf(self.fp8_forward_weights())
 
     def master_hf(self) -> dict:
+        if self.config.trainer.device:
+            return self.layout.megatron_to_hf(self.masters, with_scales=False)
         return masters_hf(self.config, self.step)
 
     def record(self) -> TrainerRecord:

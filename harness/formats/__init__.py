@@ -14,4 +14,13 @@ __all__ = [
     "block_amax", "cast_to_fp8", "dequantize_blockwise", "dequantize_mxfp8", "dequantize_per_tensor",
     "e8m0_to_float", "expand_scale", "float_to_e8m0", "grid_shape", "is_pow2", "quantize_blockwise",
     "quantize_mxfp8", "quantize_per_tensor", "reciprocal", "scale_from_amax", "te_to_wire", "wire_to_te",
+    "quantize_blockwise_triton",
 ]
+
+
+def __getattr__(name):
+    # lazy: importing harness.formats must not import Triton (slow, and absent on CPU-only machines)
+    if name == "quantize_blockwise_triton":
+        from .triton_blockwise import quantize_blockwise_triton
+        return quantize_blockwise_triton
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,9 @@
 
 Every step is an IEEE fp32 operation with one rounding; the PyTorch spelling matters:
 `448.0 / amax` with a tensor amax runs `amax.reciprocal() * 448` (two roundings) and misses TE by an ulp,
-so the division is written `torch.full_like(amax, 448.0) / amax`.
+so the division is written `torch.full_like(amax, 448.0) / amax`.  Inductor undoes that spelling (it turns the
+division into a reciprocal-multiply), so `scale_from_amax` is marked `torch.compiler.disable`: a compiled caller
+graph-breaks around it and the eager ops run.
 """
 import torch
 
@@ -19,6 +21,7 @@ def block_amax(xb: torch.Tensor, dims) -> torch.Tensor:
     return a.amax(dim=dims)
 
 
+@torch.compiler.disable
 def scale_from_amax(amax: torch.Tensor, fp8_max: float, *, pow2: bool = False, amax_epsilon: float = 0.0,
                     input_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """TE's `compute_scale_from_amax`: returns the quantization scale (x * scale -> fp8), fp32."""

@@ -1,0 +1,51 @@
+#!/bin/bash
+# The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 | 2 | 3)
+#   1  numerics + vLLM conformance (dense and MoE in parallel) + live suite + `fp8check live` on the tiny models
+#   2  GPU bench (alone first), then the serving phase loop, check_sync on a user's engine, real shapes
+#   3  the end-to-end RL comparison on the real engines, and whatever a budget allows
+# Everything lands in $OUT as one archive per call plus a summary.
+set -uo pipefail
+source /tmp/gpu-env.sh 2>/dev/null
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 FP8CHECK_GPU=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_DEDUP_LOGS=0
+CALL=${1:?call number}
+R=${OUT:-$PWD/gpu-results}/call$CALL; mkdir -p "$R"; export OUT_ROOT=$R
+T0=$(date +%s)
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$R/summary.txt"; }
+ray start --head --num-gpus=1 --num-cpus=16 --disable-usage-stats > "$R/ray-start.log" 2>&1 && export RAY_ADDRESS=auto
+log "ray head up (rc $?); $(nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader)"
+phase() {   # phase NAME TIMEOUT: ci/gpu_session.sh NAME into its own directory
+  local name=$1; local t=$2; mkdir -p "$R/$name"
+  OUT=$R/$name GPU_TIMEOUT=$t bash ci/gpu_session.sh "$name" > "$R/$name/session.txt" 2>&1
+  log "$(grep -E '^=== phase .* summary' "$R/$name/session.txt" | tail -1)"
+}
+live_cli() {   # `fp8check live` on the tiny models (ci/gpu_live.sh)
+  mkdir -p "$R/live-cli"
+  OUT=$R/live-cli timeout 420 bash ci/gpu_live.sh "$1" > "$R/live-cli/live-$1.txt" 2>&1
+  log "fp8check live ($1): rc $? $(tail -1 "$R/live-cli/live-$1.txt")"
+}
+case $CALL in
+  1)
+    phase numerics 300 &
+    phase conformance-dense 420 &
+    sleep 40; phase conformance-moe 480 &
+    sleep 20; phase live 500 &
+    sleep 60; live_cli dense &
+    wait ;;
+  2)
+    mkdir -p "$R/bench"; timeout 150 python3 bench/gpu_bench.py --quantize --out "$R/bench/quantize.json" \
+      > "$R/bench/quantize.txt" 2>&1; log "bench quantize: rc $? $(tail -3 "$R/bench/quantize.txt" | tr '\n' ' ')"
+    phase serving 420 &
+    phase user 300 &
+    sleep 30; phase scale 420 &
+    wait ;;
+  3)
+    phase e2e 420 &
+    live_cli moe &
+    wait ;;
+esac
+ray stop --force > /dev/null 2>&1
+log "call $CALL done"
+nvidia-smi --query-gpu=memory.used --format=csv,noheader >> "$R/summary.txt"
+cd "$(dirname "$R")" && tar czf "call$CALL.tgz" "call$CALL" && cp "call$CALL/summary.txt" "summary$CALL.txt" && rm -rf "call$CALL"

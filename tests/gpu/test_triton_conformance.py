@@ -1,0 +1,120 @@
+"""On the GPU host: the Triton blockwise quantizer vs the CPU reference vs Transformer Engine, byte for byte
+(atol=0, rtol=0), over the full case list of test_te_conformance.py in all modes; the Triton state digest vs the
+CPU digest; figures (1 GB digest time and memory, quantizer throughput) recorded to $FP8CHECK_RESULTS."""
+import importlib.util
+import os
+import time
+
+import pytest
+import torch
+
+from harness.digest import state_digests
+from harness.formats import quantize_blockwise
+from harness.formats.bytes import as_bytes
+
+from .conftest import record
+from .test_te_conformance import CASES, _bits_equal, _case
+
+pytestmark = pytest.mark.gpu
+
+
+def _ndiff(a, b):
+    return int((as_bytes(a) != as_bytes(b)).sum()) if (a.shape, a.dtype) == (b.shape, b.dtype) else -1
+
+
+@pytest.mark.parametrize("pow2", [False, True], ids=["fp32", "pow2"])
+@pytest.mark.parametrize("eps", [0.0, 1e-3], ids=["eps0", "eps1e-3"])
+@pytest.mark.parametrize("block_dim", [2, 1], ids=["128x128", "1x128"])
+def test_triton_quantizer_matches_reference_and_transformer_engine(pow2, eps, block_dim):
+    from harness.engines.te_megatron import te_quantize_blockwise
+    from harness.formats.triton_blockwise import quantize_blockwise_triton
+    block = (128, 128) if block_dim == 2 else (1, 128)
+    bad = []
+    for i, (shape, dtype, kind) in enumerate(CASES):
+        x = _case(shape, dtype, kind, i)
+        q, s = quantize_blockwise(x, block, pow2=pow2, amax_epsilon=eps)
+        tq, ts = (t.cpu() for t in quantize_blockwise_triton(x.cuda(), block, pow2=pow2, amax_epsilon=eps))
+        te_q, te_s, *_ = te_quantize_blockwise(x.cuda(), pow2=pow2, amax_epsilon=eps, block_scaling_dim=block_dim)
+        ok = _bits_equal(tq, q) and _bits_equal(ts, s) and _bits_equal(tq, te_q) and _bits_equal(ts, te_s)
+        if not ok:
+            bad.append({"shape": shape, "dtype": str(dtype), "kind": kind,
+                        "codes_vs_ref": _ndiff(tq, q), "scales_vs_ref": _ndiff(ts, s),
+                        "codes_vs_te": _ndiff(tq, te_q), "scales_vs_te": _ndiff(ts, te_s)})
+    record("triton_quantizer_conformance", pow2=pow2, eps=eps, block_dim=block_dim, cases=len(CASES),
+           n_bad=len(bad), mismatching=bad[:10])
+    assert not bad, f"{len(bad)}/{len(CASES)} cases differ: {bad[:3]}"
+
+
+def test_triton_quantizer_layouts_on_gpu():
+    """Expert stacks, strided / misaligned inputs, K not a multiple of 16 (unvectorized loads), e5m2, a big
+    gate_up-sized tensor, the launch knobs: all equal to the CPU reference."""
+    from harness.formats.triton_blockwise import quantize_blockwise_triton
+    g = torch.Generator().manual_seed(5)
+    w = (torch.randn(4, 384, 1000, generator=g) * 0.05).bfloat16()
+    big = (torch.randn(28672, 4096, generator=g) * 0.02).bfloat16()
+    cases = [(w, {}), (w, {"block_shape": (1, 128), "pow2": True}), (w[1].t(), {}), (w[2, 1:, 3:], {}),
+             (w[0, :, :1000 - 7], {"block_shape": (1, 128)}), (w[3].float(), {"fp8_dtype": torch.float8_e5m2}),
+             (big, {}), (big, {"pow2": True, "block_shape": (1, 128)}), (w[0], {"num_warps": 4, "slice_rows": 64}),
+             (w[0], {"block_shape": (1, 128), "rows_per_program": 8, "num_warps": 2})]
+    bad = []
+    for x, kw in cases:
+        ref_kw = {k: v for k, v in kw.items() if k not in ("num_warps", "slice_rows", "rows_per_program")}
+        want = quantize_blockwise(x, **ref_kw)
+        got = [t.cpu() for t in quantize_blockwise_triton(x.cuda(), **kw)]
+        if not (_bits_equal(got[0], want[0]) and _bits_equal(got[1], want[1])):
+            bad.append((tuple(x.shape), kw, _ndiff(got[0], want[0]), _ndiff(got[1], want[1])))
+    assert not bad, bad
+
+
+def _digest_cases():
+    g = torch.Generator().manual_seed(9)
+    r = lambda *s: torch.randn(*s, generator=g)                      # noqa: E731
+    u8 = torch.randint(0, 256, (1 << 20,), generator=g, dtype=torch.uint8)
+    return {
+        "f32": r(1000, 999), "bf16": r(4096, 4097).bfloat16(), "f16": r(77).half(),
+        "e4m3": r(513, 129).to(torch.float8_e4m3fn), "u8_odd": u8[:12345], "u8_misaligned": u8[3:500003],
+        "bf16_misaligned": r(9999).bfloat16()[1:], "i64": torch.arange(100003), "bool": u8[:1001] > 128,
+        "scalar": torch.tensor(3.5), "empty": torch.zeros(0, 4), "transposed": r(300, 200).t(),
+        "big": r(64 << 18),                                          # 64 MiB: 4096 programs
+    }
+
+
+def test_triton_digest_equals_cpu_digest():
+    cpu = _digest_cases()
+    want = state_digests(cpu)
+    got = state_digests({n: t.cuda() for n, t in cpu.items()})
+    bad = [n for n in cpu if got[n] != want[n]]
+    record("triton_digest_vs_cpu", cases=len(cpu), mismatching=bad)
+    assert not bad, bad
+
+
+def test_digest_of_1gb_tensor_time_and_memory():
+    x = torch.randn(1 << 28, device="cuda")                          # 1 GiB fp32
+    state_digests({"x": x[:1 << 20]})                                # compile / warm
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    d = state_digests({"x": x})["x"]
+    secs = time.perf_counter() - t0
+    extra = torch.cuda.max_memory_allocated() - base
+    t1 = time.perf_counter()
+    cpu = state_digests({"x": x.cpu()})["x"]
+    cpu_secs = time.perf_counter() - t1
+    record("digest_1gb", seconds=round(secs, 5), gbps=round(x.numel() * 4 / secs / 1e9, 1),
+           peak_extra_bytes=int(extra), cpu_seconds_incl_copy=round(cpu_secs, 2))
+    assert d == cpu
+    assert extra < 16 << 20, f"digest allocated {extra} extra bytes"
+
+
+def test_quantizer_throughput(tmp_path):
+    """bench/gpu_quantize.py on the Llama-8B-shaped set: figures recorded, not asserted (target: Triton >= 0.6 of
+    the x.clone() rate)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("gpu_quantize", os.path.join(root, "bench", "gpu_quantize.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rep = mod.bench_quantizers(str(tmp_path / "gpu_quantize.json"))
+    record("quantizer_throughput", **{k: rep[k] for k in ("device", "results", "triton_meets_target",
+                                                           "triton_codes_equal_te")})
+    assert all(rep["triton_codes_equal_te"].values()), rep["triton_codes_equal_te"]

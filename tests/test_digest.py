@@ -1,0 +1,171 @@
+"""harness.digest (state digests) against an independent pure-Python implementation of its definition (a loop
+over words with Python ints), plus the properties callers rely on; the Triton kernel (harness.digest_triton)
+under TRITON_INTERPRET=1 gives the same strings."""
+import struct
+
+import pytest
+import torch
+
+from harness import digest
+from harness.digest import state_digest, state_digests
+
+KEYS = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F)
+M32 = 0xFFFFFFFF
+
+
+# ---- independent oracle: the module docstring's definition, one word at a time ----
+def py_fmix32(h):
+    h &= M32
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & M32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & M32
+    return h ^ (h >> 16)
+
+
+def py_multiplier(i, j):
+    k = KEYS[j]
+    return (py_fmix32((i & M32) ^ k ^ py_fmix32((i >> 32) ^ k)) * 2 + 1) & M32
+
+
+def py_lane_sums(data: bytes, base: int = 0, whiten: bool = True):
+    """whiten=False is the first draft of the definition (w_i instead of fmix32(w_i)), kept to show its blind spot."""
+    data = data + b"\0" * (-len(data) % 4)
+    sums = [0, 0, 0, 0]
+    for n, (w,) in enumerate(struct.iter_unpack("<I", data)):
+        f = py_fmix32(w) if whiten else w
+        for j in range(4):
+            sums[j] = (sums[j] + f * py_multiplier(base + n, j)) & M32
+    return tuple(sums)
+
+
+def py_bytes(t: torch.Tensor) -> bytes:
+    return bytes(t.detach().contiguous().reshape(-1).view(torch.uint8).tolist())
+
+
+def py_digest(t: torch.Tensor) -> str:
+    dtype = str(t.dtype).removeprefix("torch.")
+    shape = "x".join(str(d) for d in t.shape) or "scalar"
+    return f"fx:{dtype}:{shape}:" + "".join(f"{s:08x}" for s in py_lane_sums(py_bytes(t)))
+# ---- end of the oracle ----
+
+
+def _tensors():
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g)                      # noqa: E731
+    base = torch.arange(40, dtype=torch.uint8)
+    return {
+        "f32": r(7, 5), "bf16": r(3, 129).bfloat16(), "f16_odd": r(3).half(), "f64": r(4).double(),
+        "e4m3": r(5, 7).to(torch.float8_e4m3fn), "e5m2": r(9).to(torch.float8_e5m2),
+        "u8_odd": base[:5], "i8": base[:7].to(torch.int8), "i16": base[:9].to(torch.int16), "i64": base[:3].long(),
+        "bool": base[:13] % 3 == 0, "c64": torch.complex(r(3), r(3)),
+        "scalar": torch.tensor(1.5), "scalar_u8": torch.tensor(7, dtype=torch.uint8),
+        "empty": torch.zeros(0), "empty2d": torch.zeros(2, 0, dtype=torch.bfloat16),
+        "transposed": r(33, 3).t(), "stepped": r(20, 10)[::3, 1::2], "expanded": r(3, 1).expand(3, 4),
+        "misaligned_u8": base[1:38], "misaligned_bf16": r(41).bfloat16()[1:], "big": r(3000),
+    }
+
+
+def test_known_answer_vectors():
+    known = {
+        "fx:int32:10:0399fdb8b38e52d6e465b49cfc5cedc0": torch.arange(10, dtype=torch.int32),
+        "fx:float32:3:ce54fe26174eb4caf533696c9bf86246": torch.tensor([1.0, -2.0, 0.5]),
+        "fx:bfloat16:2x3:00000000000000000000000000000000": torch.zeros(2, 3, dtype=torch.bfloat16),
+        "fx:uint8:scalar:3478c65c92d32fa403be8c6cf37773ac": torch.tensor(7, dtype=torch.uint8),
+    }
+    for want, t in known.items():
+        assert py_digest(t) == want                                  # the oracle is pinned too
+        assert state_digest(t) == want
+
+
+def test_matches_python_oracle_on_varied_tensors():
+    for name, t in _tensors().items():
+        assert state_digest(t) == py_digest(t), name
+
+
+def test_equal_bits_give_equal_digests_and_different_bits_differ():
+    x = torch.randn(6, 10)
+    assert state_digest(x) == state_digest(x.clone()) == state_digest(x.t().contiguous().t())
+    assert state_digest(x.t()) == state_digest(x.t().contiguous())   # C-order bytes, whatever the strides
+    assert state_digest(torch.tensor([0.0])) != state_digest(torch.tensor([-0.0]))
+    nan2 = torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32)
+    assert state_digest(torch.tensor([float("nan")])) != state_digest(nan2)
+    before = x.clone()
+    state_digest(x[:, 1:])                                           # the input is never modified
+    assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("t", [torch.randn(4, 5), torch.arange(7, dtype=torch.uint8)], ids=["f32_80B", "u8_7B"])
+def test_every_single_bit_flip_changes_the_digest(t):
+    raw = bytearray(py_bytes(t))
+    base = state_digest(t)
+    seen = {base}
+    for bit in range(8 * len(raw)):
+        flipped = bytearray(raw)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        u = torch.frombuffer(flipped, dtype=torch.uint8).clone().view(t.dtype).reshape(t.shape)
+        seen.add(state_digest(u))
+    assert len(seen) == 8 * len(raw) + 1                             # all distinct, none equal to the original
+
+
+def test_dtype_and_shape_are_part_of_the_digest():
+    x = torch.randn(4, 6)
+    views = [x, x.reshape(6, 4), x.reshape(-1), x.view(torch.int32), x.view(torch.bfloat16)]
+    digests = [state_digest(v) for v in views]
+    assert len(set(digests)) == len(digests)
+    assert len({d.rsplit(":", 1)[1] for d in digests}) == 1           # same bytes, same sums
+    assert state_digest(torch.zeros(3)) != state_digest(torch.zeros(4))
+    assert state_digest(torch.zeros(1)) != state_digest(torch.tensor(0.0))
+
+
+def test_structured_differences_the_first_draft_could_not_see():
+    """With w_i instead of fmix32(w_i), bit 31 of a word only reached bit 31 of each lane: two sign flips of
+    fp32 values, an even-length fp32 tensor negated, or two fp8 sign flips in byte 3 of their words collided."""
+    x = torch.randn(6)
+    two_signs = x.clone()
+    two_signs[[1, 4]] *= -1
+    q = torch.randint(0, 127, (16,), dtype=torch.uint8)
+    q2 = q.clone()
+    q2[[3, 11]] ^= 0x80
+    for a, b in ((x, -x), (x, two_signs), (q, q2)):
+        assert py_lane_sums(py_bytes(a), whiten=False) == py_lane_sums(py_bytes(b), whiten=False)
+        assert state_digest(a) != state_digest(b)
+
+
+def test_chunks_cached_and_generated_multipliers(monkeypatch):
+    monkeypatch.setattr(digest, "CHUNK_WORDS", 64)
+    monkeypatch.setattr(digest, "CACHED_CHUNKS", 2)
+    t = torch.randn(1000)                                            # 16 chunks: 2 cached, 14 generated
+    assert state_digest(t) == py_digest(t)
+    u = torch.arange(1000 * 4 + 3, dtype=torch.uint8)[1:]            # unaligned, with a partial last word
+    assert state_digest(u) == py_digest(u)
+
+
+def test_multipliers_with_high_index_bits():
+    for base in (0, 1 << 20, (1 << 32) - (1 << 20), 1 << 32, (5 << 32) + (3 << 20)):
+        m = digest.multipliers(base, 50)
+        want = [[py_multiplier(base + i, j) for i in range(50)] for j in range(4)]
+        assert (m.long() & M32).tolist() == want, hex(base)
+
+
+def test_state_digests_batched_and_meta():
+    ts = _tensors()
+    ts["meta"] = torch.empty(3, 4, device="meta", dtype=torch.bfloat16)
+    out = state_digests(ts)
+    assert list(out) == list(ts)
+    assert out["meta"] == "meta:bfloat16:3x4"
+    assert state_digest(torch.empty((), device="meta")) == "meta:float32:scalar"
+    assert all(out[n] == state_digest(t) for n, t in ts.items())
+
+
+def test_triton_kernel_under_interpreter_gives_the_same_sums():
+    try:
+        from triton_interp import load
+    except ImportError:
+        from tests.triton_interp import load
+    dt = load("harness.digest_triton")
+    ts = list(_tensors().values()) + [torch.randn(3 * dt.BLOCK + 5), torch.randn(2 * dt.BLOCK).half()]
+    assert dt.lane_sums_batched(ts) == [digest.lane_sums(t) for t in ts]
+    t = torch.randn(2 * dt.BLOCK + 7)
+    for base in ((1 << 32) - dt.BLOCK, 3 << 32):                     # word indices crossing / past 2^32
+        assert dt.lane_sums_batched([t], base_word=base) == [py_lane_sums(py_bytes(t), base)]

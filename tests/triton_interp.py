@@ -1,0 +1,22 @@
+"""Triton kernels on CPU tensors: TRITON_INTERPRET=1 must be set before `triton` is first imported (the standard
+library's own @triton.jit functions are built at import), so tests/conftest.py sets it on machines without CUDA;
+`load` imports a kernel module in interpreter mode or skips with the reason."""
+import importlib
+import os
+
+import pytest
+
+
+def load(module_name: str):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton", reason="triton is not installed (pip install triton): kernel not tested here")
+    import triton.language.standard as std
+    from triton.runtime.interpreter import InterpretedFunction
+    if not isinstance(std.zeros, InterpretedFunction):
+        pytest.skip("triton was imported in compiled mode (TRITON_INTERPRET unset at its first import)",
+                    allow_module_level=True)
+    mod = importlib.import_module(module_name)
+    kernels = [v for v in vars(mod).values() if type(v).__name__ in ("JITFunction", "InterpretedFunction")]
+    if any(not isinstance(k, InterpretedFunction) for k in kernels):     # imported earlier in compiled mode
+        mod = importlib.reload(mod)
+    return mod
