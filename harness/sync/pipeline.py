@@ -170,6 +170,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     except Exception as e:  # noqa: BLE001 - the engine refused; the checks judge the state it left
         errors.append(f"install: {e}")
     t["install"] = time.perf_counter() - t1
+    mem = _cuda_memory()
     t2 = time.perf_counter()
     record: EngineRecord = rollout.record()
     got: Captured = capture.capture(config, rollout, trainer_hf, record)
@@ -201,7 +202,23 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         res.findings = run_catalog(res.context(probe_bounds), ids=check_ids)
         t["checks"] = time.perf_counter() - t4
     res.seconds = {k: round(v, 4) for k, v in t.items()}
+    if mem is not None:                  # what capture and checks added on top, in this process's GPU memory
+        import torch
+        res.seconds["check_extra_peak_bytes"] = int(torch.cuda.max_memory_allocated() - mem)
     return res
+
+
+def _cuda_memory():
+    """This process's allocated CUDA memory now, with the peak counter reset (None without CUDA in use)."""
+    try:
+        import torch
+        if not torch.cuda.is_initialized():
+            return None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated()
+    except Exception:  # noqa: BLE001 - measuring is optional
+        return None
 
 
 def cold_warm(config: SyncConfig, trainer, warm, cold, *, fault=None, capture=None, prompts=None,

@@ -1,0 +1,48 @@
+"""Real shapes on one H200: Qwen3-8B and Qwen3-30B-A3B shapes (every per-layer shape real, depth cut to fit the
+phase), the Megatron-Core/TE trainer and vLLM colocated, the device sync path (the weights GPU to GPU through CUDA
+IPC, expected digests on the trainer's GPU, only mismatching parameters to a host), the whole catalog on clean
+syncs, and live faults at that size: scales, GQA q/k/v interleaving at real head counts, expert permutation at
+128 experts, coverage, post-load."""
+from dataclasses import replace
+
+import pytest
+
+from e2e.live import LiveSession
+from faults import FAULTS
+from harness.config import recommended_config
+from harness.models import resolve_model
+
+from .conftest import record
+
+pytestmark = pytest.mark.gpu
+
+FAULTS_AT_SCALE = {
+    "qwen3-8b": ["scale_x2_block", "fp32_scales_rounded_pow2", "megatron_qkv_not_deinterleaved",
+                 "rows_shifted_one_block", "scale_dropped", "postprocess_twice", "stale_layer_unstamped"],
+    "qwen3-30b-a3b": ["experts_permuted", "scale_bit_flip", "scale_dropped", "postprocess_skipped"],
+}
+
+
+@pytest.mark.parametrize("model,layers", [("qwen3-8b", 4), ("qwen3-30b-a3b", 2)])
+def test_real_shape_catalog_and_faults_on_the_device_path(ray_session, model, layers):
+    name = resolve_model(model, layers=layers)
+    cfg = recommended_config(name, "blockwise-fp32")
+    cfg = replace(cfg, trainer=replace(cfg.trainer, device=True))
+    rep = {"model": name, "syncs": [], "faults": []}
+    with LiveSession(cfg, device=True, num_gpus=0.1, rollout_kwargs={"gpu_memory_utilization": 0.25}) as s:
+        rep["start_seconds"] = s.start_seconds
+        for _ in range(2):
+            s.step()
+            rep["syncs"].append(s.sync(f"step {s.version}", probes=True).to_json())
+        for f in FAULTS_AT_SCALE[model]:
+            o = s.sync(f, fault=FAULTS[f])
+            again = s.sync(f"clean after {f}")
+            rep["faults"].append({"fault": f, "must_trip": list(FAULTS[f].trips), "fired": o.fired,
+                                  "seconds": o.seconds, "again_fired": again.fired, "again_unknown": again.unknown})
+    record("real_scale", **rep)
+    for sy in rep["syncs"]:
+        assert not sy["fired"] and not sy["unknown"], sy
+        assert sy["fetched_params"] == 0
+    for f in rep["faults"]:
+        assert set(f["fired"]) & set(f["must_trip"]), f
+        assert not f["again_fired"] and not f["again_unknown"], f
