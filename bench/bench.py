@@ -1,11 +1,13 @@
-"""fp8check benchmarks: print figures, assert nothing. `python bench/bench.py [--quick]`
+"""fp8check CPU benchmarks: print figures and what bounds them, write JSON, assert nothing.
+`fp8check bench [--quick] [--out FILE]` (or `python bench/bench.py`).
 
-  matrix     wall time of the whole CPU fault-injection matrix (goal: under 60 s on a 2-core machine)
-  sync       one reference sync + the full catalog, per tiny model
-  quantize   blockwise / MXFP8 quantizer throughput on CPU
-  digest     device-digest throughput (the digest-first capture of live checks)
+  quantize   blockwise / MXFP8 reference quantizer throughput on CPU (bound: memory traffic of the tiles)
+  digest     the streaming state digest and the blake2b wire digest (bound: integer work per 32-bit word)
+  sync       one reference sync + the full catalog, per tiny model (bound: Python per-tensor work)
+  matrix     wall time of the whole CPU fault-injection matrix (goal: under 30 s on 2 cores)
 """
 import argparse
+import json
 import os
 import platform
 import sys
@@ -25,7 +27,7 @@ def timed(fn, n=3):
     return best
 
 
-def bench_quantize():
+def bench_quantize(out):
     from harness.formats import quantize_blockwise, quantize_mxfp8
     x = torch.randn(4096, 4096).to(torch.bfloat16)
     mb = x.numel() * 2 / 2 ** 20
@@ -33,63 +35,78 @@ def bench_quantize():
                      ("blockwise 128x128 pow2 scales", lambda: quantize_blockwise(x, pow2=True)),
                      ("mxfp8 1x32", lambda: quantize_mxfp8(x))):
         t = timed(fn)
-        print(f"quantize  {name:32s} 4096x4096 bf16: {t * 1e3:7.1f} ms  ({mb / t:7.1f} MiB/s)")
+        out.setdefault("quantize", {})[name] = {"seconds": t, "MiBps": mb / t}
+        print(f"quantize  {name:32s} 4096x4096 bf16: {t * 1e3:7.1f} ms  ({mb / t:7.1f} MiB/s) [bound: tile memory traffic]")
 
 
-def bench_digest():
+def bench_digest(out):
     from harness.digest import state_digest
-    from harness.engines.digest import device_digest
     from harness.sync.payload import tensor_digest
     x = torch.randn(4096, 4096)
     mb = x.numel() * 4 / 2 ** 20
     for name, fn in (("state_digest (4 x 32-bit lanes)", lambda: state_digest(x)),
-                     ("device_digest (int64 polynomial)", lambda: device_digest(x)),
-                     ("blake2b manifest digest", lambda: tensor_digest(x))):
+                     ("blake2b wire digest", lambda: tensor_digest(x))):
         t = timed(fn)
-        print(f"digest    {name:32s} 64 MiB fp32: {t * 1e3:7.1f} ms  ({mb / t:7.1f} MiB/s)")
+        out.setdefault("digest", {})[name] = {"seconds": t, "MiBps": mb / t}
+        print(f"digest    {name:32s} 64 MiB fp32: {t * 1e3:7.1f} ms  ({mb / t:7.1f} MiB/s) [bound: per-word integer work]")
 
 
-def bench_sync():
+def bench_sync(out):
     from harness.config import recommended_config
-    from harness.snapshot import Snapshot
-    from harness.sync.session import reference_sync
-    from invariants import CheckContext, run_catalog
+    from harness.sync.pipeline import reference_sync
+    from invariants import run_catalog
     for model in ("tiny-dense", "tiny-moe", "tiny-hybrid"):
         cfg = recommended_config(model, "blockwise-fp32")
-        reference_sync(cfg)                                   # warm the memoized trainer / engine state
+        reference_sync(cfg, checks=False)                     # warm the memoized trainer / engine state
         t0 = time.perf_counter()
-        res, trainer, _ = reference_sync(cfg)
+        res, _, _ = reference_sync(cfg, checks=False)
         t1 = time.perf_counter()
-        f = run_catalog(CheckContext(cfg, res.payload, res.trainer, res.rollout, Snapshot("master", trainer.master_hf())))
+        f = run_catalog(res.context())
         t2 = time.perf_counter()
         mib = sum(t.numel() * t.element_size() for t in res.sent.tensors.values()) / 2 ** 20
+        out.setdefault("sync", {})[model] = {"payload_MiB": mib, "sync_resync_seconds": t1 - t0,
+                                              "catalog_seconds": t2 - t1, "findings": len(f)}
         print(f"sync      {model:12s} payload {mib:5.1f} MiB, {len(res.sent.records)} tensors: sync+resync "
-              f"{(t1 - t0) * 1e3:6.0f} ms, full catalog ({len(f)} findings) {(t2 - t1) * 1e3:6.0f} ms")
+              f"{(t1 - t0) * 1e3:6.0f} ms, full catalog ({len(f)} findings) {(t2 - t1) * 1e3:6.0f} ms "
+              f"[bound: Python per-tensor work]")
 
 
-def bench_matrix(workers):
+def bench_matrix(out, workers):
     import faults  # noqa: F401
     from faults.matrix import run_matrix, summary
     t = time.perf_counter()
     cells = run_matrix(workers=workers)
     wall = time.perf_counter() - t
     s = summary(cells)
+    out["matrix"] = {**s, "seconds": wall, "workers": workers}
     print(f"matrix    {s['applicable']} applicable cells of {s['cells']} ({s['caught']} caught, {s['missed']} missed, "
           f"{s['clean_pass']} clean pass, {s['false_alarms']} false alarms) in {wall:.1f} s on {workers} worker(s) "
-          f"[goal < 60 s]")
+          f"[goal < 30 s on 2 cores; bound: CPU reference syncs, one process per core]")
+
+
+def run(quick: bool = False, workers: int | None = None, out_path: str | None = None) -> dict:
+    workers = workers or len(os.sched_getaffinity(0))
+    out = {"machine": f"{platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores",
+           "torch": torch.__version__, "time": time.time()}
+    print(f"# {out['machine']}, torch {torch.__version__}")
+    bench_quantize(out)
+    bench_digest(out)
+    bench_sync(out)
+    if not quick:
+        bench_matrix(out, workers)
+    if out_path:
+        with open(out_path, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="skip the full matrix")
-    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--workers", type=int)
+    ap.add_argument("--out")
     a = ap.parse_args()
-    print(f"# {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores, torch {torch.__version__}")
-    bench_quantize()
-    bench_digest()
-    bench_sync()
-    if not a.quick:
-        bench_matrix(a.workers)
+    run(a.quick, a.workers, a.out)
 
 
 if __name__ == "__main__":

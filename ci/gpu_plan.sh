@@ -13,7 +13,7 @@ CALL=${1:?call number}
 R=${OUT:-$PWD/gpu-results}/call$CALL; mkdir -p "$R"; export OUT_ROOT=$R
 T0=$(date +%s)
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$R/summary.txt"; }
-ray start --head --num-gpus=1 --num-cpus=16 --disable-usage-stats > "$R/ray-start.log" 2>&1 && export RAY_ADDRESS=auto
+python3 -m ray.scripts.scripts start --head --num-gpus=1 --num-cpus=16 --disable-usage-stats > "$R/ray-start.log" 2>&1 && export RAY_ADDRESS=auto
 log "ray head up (rc $?); $(nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader)"
 phase() {   # phase NAME TIMEOUT: ci/gpu_session.sh NAME into its own directory
   local name=$1; local t=$2; mkdir -p "$R/$name"
@@ -45,7 +45,7 @@ case $CALL in
     live_cli moe &
     wait ;;
 esac
-ray stop --force > /dev/null 2>&1
+python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"
 nvidia-smi --query-gpu=memory.used --format=csv,noheader >> "$R/summary.txt"
 cd "$(dirname "$R")" && tar czf "call$CALL.tgz" "call$CALL" && cp "call$CALL/summary.txt" "summary$CALL.txt" && rm -rf "call$CALL"

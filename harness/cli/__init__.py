@@ -183,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--allow-unknown", action="store_true", help="exit 0 when checks are only unknown")
     v.set_defaults(fn=cmd_verify)
 
-    from . import faults as faults_cmd, live as live_cmd, preflight as preflight_cmd
+    from . import bench as bench_cmd, faults as faults_cmd, live as live_cmd, preflight as preflight_cmd
+    bench_cmd.register(sub, count)
     faults_cmd.register(sub)
     live_cmd.register(sub, cfg_args)
     preflight_cmd.register(sub)
