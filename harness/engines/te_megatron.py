@@ -107,8 +107,11 @@ def device_masters(layout, seed: int, step: int, device="cuda", prev: dict | Non
 class MegatronTrainer:
     engine = "megatron-core+transformer-engine"
 
-    def __init__(self, config: SyncConfig, seed: int = 1234):
+    def __init__(self, config: SyncConfig, seed: int = 1234, lr: float = 1e-3, max_grad_norm: float = 1.0):
+        """`lr`, `max_grad_norm`: the RL update's AdamW (`train_step`); `optimizer_step` is the deterministic
+        stand-in update the conformance tests compare with the CPU reference."""
         torch.set_num_threads(4)
+        self.lr, self.max_grad_norm = lr, max_grad_norm
         want = trainer_env(config)["NVTE_FP8_BLOCK_SCALING_FP32_SCALES"]
         if os.environ.get("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0") != want:
             raise RuntimeError(f"NVTE_FP8_BLOCK_SCALING_FP32_SCALES must be {want} in this process before "
@@ -137,8 +140,9 @@ class MegatronTrainer:
                   gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, add_qkv_bias=False,
                   hidden_dropout=0.0, attention_dropout=0.0, bf16=True, params_dtype=torch.bfloat16,
                   apply_rope_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
-                  masked_softmax_fusion=False, gradient_accumulation_fusion=False,
-                  fp8="e4m3", fp8_recipe="blockwise", fp8_param=config.trainer.fp8_param)
+                  masked_softmax_fusion=False, gradient_accumulation_fusion=False)
+        if config.fp8_tensors:                           # a config whose every GEMM is BF16 trains in BF16
+            kw.update(fp8="e4m3", fp8_recipe="blockwise", fp8_param=config.trainer.fp8_param)
         if spec.is_moe:
             kw.update(num_moe_experts=spec.num_experts, moe_router_topk=spec.top_k,
                       moe_ffn_hidden_size=spec.moe_intermediate_size, moe_grouped_gemm=True,
@@ -215,7 +219,63 @@ class MegatronTrainer:
     def export_hf(self) -> dict:
         return self.layout.megatron_to_hf(self.fp8_forward_weights())
 
+    # -- the RL loop's update (e2e/rl/engines.py RLTrainer.train_step) -------------------------------------------
+    def train_step(self, batch: dict, loss) -> dict:
+        """One RL update on the FP8 policy: the per-target log-probs of `batch["sequences"]` from the learner's own
+        FP8 forward (TE re-quantizes the BF16 weights: exactly the bytes `export_hf` returns), `loss`, backward,
+        gradient clipping (norm 1.0), one AdamW step on fp32 masters, copied into the BF16 parameters."""
+        import torch.nn.functional as F
+        from .cpu.learner import adamw_step
+        seqs = batch["sequences"].cuda()
+        T = seqs.shape[1]
+        inp = F.pad(seqs, (0, (-T) % 64))               # FP8 GEMMs want token counts in multiples of 16
+        if getattr(self, "_rl", None) is None:
+            masters = {n: m.detach().to("cuda", torch.float32, copy=True) for n, m in
+                       (self.masters.items() if self.config.trainer.device
+                        else megatron_masters(self.config.model, self.config.seed, self.step).items())}
+            self._rl = {"masters": masters, "state": [(torch.zeros_like(m), torch.zeros_like(m))
+                                                      for m in masters.values()], "t": 0}
+        self.model.train()
+        self.model.zero_grad(set_to_none=True)
+        logits = self._forward(inp)[:, : T - 1].float()
+        lp_all = (logits / batch["temperature"]).log_softmax(-1)
+        lp = lp_all.gather(-1, seqs[:, 1:, None])[..., 0]
+        with torch.no_grad():
+            entropy = -(lp_all.exp() * lp_all).sum(-1)
+        dev = {k: v.cuda() if torch.is_tensor(v) else v for k, v in batch.items()}
+        value, stats = loss(lp, entropy, dev)
+        value.backward()
+        params = dict(self.model.named_parameters())
+        masters = self._rl["masters"]
+        grads = []
+        for n, m in masters.items():
+            p = params[n]
+            g = getattr(p, "main_grad", None)
+            g = p.grad if g is None else g
+            m.grad = torch.zeros_like(m) if g is None else g.detach().float()
+            grads.append(m.grad)
+        norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+        scale = min(1.0, self.max_grad_norm / (float(norm) + 1e-6))
+        for g in grads:
+            g.mul_(scale)
+        self._rl["t"] += 1
+        adamw_step(list(masters.values()), self._rl["state"], self._rl["t"], lr=self.lr,
+                   betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0)
+        with torch.no_grad():
+            for n, m in masters.items():
+                m.grad = None
+                p = params[n]
+                p.quantize_(m) if hasattr(p, "quantize_") else p.copy_(m.to(p.dtype))
+        self.model.zero_grad(set_to_none=True)
+        self._fresh = False
+        self.step += 1
+        out = {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in stats.items()}
+        return {**out, "grad_norm": float(norm), "loss": float(value.detach()), "version": self.step}
+
     def master_hf(self) -> dict:
+        if getattr(self, "_rl", None) is not None:
+            return self.layout.megatron_to_hf({n: m.detach() for n, m in self._rl["masters"].items()},
+                                              with_scales=False)
         if self.config.trainer.device:
             return self.layout.megatron_to_hf(self.masters, with_scales=False)
         return masters_hf(self.config, self.step)

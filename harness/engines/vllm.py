@@ -292,6 +292,29 @@ class VLLMEngine:
         self.generations.append(Generation(False, served_versions(self.versions)))
         return res
 
+    def sample(self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float = 1.0, seed: int = 0,
+               stop_token: int | None = None, pad: int = 0) -> dict:
+        """`n` completions per prompt from the policy this engine serves (e2e/rl/engines.py RLRollout.sample),
+        prompt-major; the log-prob of each drawn token under the distribution it was drawn from (start the engine
+        with logprobs_mode="processed_logprobs" when temperature != 1)."""
+        from vllm import SamplingParams
+        self._note_generation()
+        sp = SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, seed=seed, logprobs=0,
+                            stop_token_ids=[stop_token] if stop_token is not None else None, detokenize=False)
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+        B = len(prompts) * n
+        tokens = torch.full((B, max_tokens), pad, dtype=torch.long)
+        logprobs = torch.zeros((B, max_tokens), dtype=torch.float32)
+        lengths = torch.zeros(B, dtype=torch.long)
+        for i, o in enumerate(outs):
+            for j, c in enumerate(o.outputs):
+                row, ids = i * n + j, list(c.token_ids)[:max_tokens]
+                tokens[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+                logprobs[row, :len(ids)] = torch.tensor([float(c.logprobs[k][t].logprob) for k, t in enumerate(ids)])
+                lengths[row] = len(ids)
+        self.generations.append(Generation(False, served_versions(self.versions)))
+        return {"tokens": tokens, "logprobs": logprobs, "lengths": lengths}
+
     def greedy(self, prompts, max_tokens: int = 8) -> list[list[int]]:
         from vllm import SamplingParams
         self._note_generation()
