@@ -132,19 +132,22 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({**summary, "lines": [ln.to_json() for ln in lines]}, indent=1, default=str))
     else:
+        from rich.markup import escape
+
         from .report import STYLE, console
         c = console()
-        c.print(f"fp8check preflight {args.config} ({job.stack}): {job.config.recipe.name}, {job.config.sync_mode} "
+        c.print(f"fp8check preflight {escape(args.config)} ({job.stack}): {job.config.recipe.name}, {job.config.sync_mode} "
                 f"sync, {job.config.gpu_arch}, model {job.config.model}")
         for k, (src, val) in job.sources.items():
-            c.print(f"  [dim]{k:24s} <- {src} = {val}[/]")
+            c.print(f"  [dim]{k:24s} <- {escape(str(src))} = {escape(str(val))}[/]")
         order = {"error": 0, "warning": 1, "ok": 2}
         for ln in sorted(lines, key=lambda x: order[x.level]):
             if ln.level == "ok" and not args.verbose and not ln.rule.startswith("PROBE"):
                 continue                          # a requested probe always shows what it proved
             val = "" if ln.value is None else f" = {ln.value}"
             fix = f"  fix: {ln.fix}" if ln.fix else ""
-            c.print(f"[{STYLE[ln.level]}]{ln.level:7s}[/] {ln.rule:6s} {ln.key}{val}: {ln.why}{fix}", soft_wrap=True)
+            c.print(f"[{STYLE[ln.level]}]{ln.level:7s}[/] {ln.rule:6s} " + escape(f"{ln.key}{val}: {ln.why}{fix}"),
+                    soft_wrap=True)
         oks = sum(1 for ln in lines if ln.level == "ok")
         c.print(f"{'FAILED' if errors else 'OK'}: {errors} error(s), {summary['warnings']} warning(s), {oks} rule(s) "
                 f"hold{'' if args.verbose else ' (-v lists them)'}")
@@ -244,20 +247,20 @@ def explain(args) -> int:
         return 0
     from .report import console
     c = console()
-    c.print(f"{inv.id}  {inv.title}  [{out['scope']}, {inv.severity}]", soft_wrap=True)
-    c.print(f"condition: {inv.condition}", soft_wrap=True)
-    c.print(f"source:    {inv.source or '-'}", soft_wrap=True)
-    c.print(f"why:       {inv.why or '-'}", soft_wrap=True)
+    p = lambda text: c.print(text, soft_wrap=True, markup=False)  # noqa: E731 - user data, never rich markup
+    p(f"{inv.id}  {inv.title}  [{out['scope']}, {inv.severity}]")
+    p(f"condition: {inv.condition}")
+    p(f"source:    {inv.source or '-'}")
+    p(f"why:       {inv.why or '-'}")
     if args.config:
-        c.print(f"verdict on {args.config} ({job.stack}): {out['verdict']}", soft_wrap=True)
+        p(f"verdict on {args.config} ({job.stack}): {out['verdict']}")
         for f in out["findings"]:
             v = "" if f["value"] is None else f" = {f['value']}"
-            c.print(f"  {f['verdict']:7s} {f['key']}{v}: {f['message']}" + (f"  fix: {f['fix']}" if f["fix"] else ""),
-                    soft_wrap=True)
-        c.print("values it read:" if out["read"] else "values it read: none", soft_wrap=True)
+            p(f"  {f['verdict']:7s} {f['key']}{v}: {f['message']}" + (f"  fix: {f['fix']}" if f["fix"] else ""))
+        p("values it read:" if out["read"] else "values it read: none")
         for r in out["read"]:
             what = "" if r["kind"] in ("key", "env") or r["name"] == r["key"] else f"[{r['kind']} {r['name']}] "
-            c.print(f"  {what}{r['key']} = {r['value']!r}  <- {r['from']}", soft_wrap=True)
+            p(f"  {what}{r['key']} = {r['value']!r}  <- {r['from']}")
     return 0
 
 

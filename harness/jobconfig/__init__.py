@@ -285,7 +285,8 @@ def _sync_config(r: stacks.Reader, model_name: str) -> SyncConfig:
         job.sources["recipe"] = (f["rollout_format"].key, f"{name} (the rollout's FP8; trainer recipe "
                                  f"{f['recipe'].value if fp8_trainer else 'none: BF16 training'})")
     job.sources["trainer.scale_format"] = (nvte.key, f"{nvte.value} ({nvte.origin})" if scale_applies else
-                                           f"{nvte.value} (not applied: the trainer runs BF16)")
+                                           f"{nvte.value} (not applied: " + ("the trainer runs BF16)" if not fp8_trainer
+                                                                              else "MXFP8 scales are E8M0)"))
     eps_key = "fp8check.amax_epsilon"
     if eps_key in flat:
         v = flat[eps_key]
