@@ -253,3 +253,17 @@ def test_nemo_renamed_pow2_key_is_named(tmp_path, capsys):
 def test_skyrl_blockwise_wire_warns_about_its_formula(tmp_path, capsys):
     rc, rep = pre(tmp_path, capsys)
     assert rc == 0 and any(ln["rule"] == "E3" and ln["level"] == "warning" for ln in rep["lines"])
+
+
+@pytest.mark.parametrize("argv", [
+    # SkyRL: power-of-two wire scales on Blackwell with the pin turned off (utils.py:968-981)
+    dict(sets=["generator.inference_engine.fp8_weight_sync_mode=blockwise",
+               "trainer.policy.megatron_config.transformer_config_kwargs.fp8_recipe=blockwise"],
+         env=["NVTE_FP8_BLOCK_SCALING_FP32_SCALES=0", "VLLM_USE_DEEP_GEMM_E8M0=0"], gpu="sm100"),
+    # NeMo RL: use_deep_gemm forces E8M0=0, which Blackwell's DeepGEMM rejects
+    dict(path="examples/nemo_rl_fp8_generation.yaml", gpu="sm100",
+         sets=["policy.generation.vllm_cfg.pow2_weight_scaling_factors=true"]),
+])
+def test_blackwell_deep_gemm_needs_e8m0(tmp_path, capsys, argv):
+    rc, rep = pre(tmp_path, capsys, **argv)
+    assert rc == 1 and "K14" in errors(rep), errors(rep)

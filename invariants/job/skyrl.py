@@ -167,7 +167,12 @@ def k14_e8m0(ctx: CheckContext):
     if j.stack == "skyrl" and scales == "fp32" and e8.value != "0":
         return [finding("K14", e8.key, e8.value, "FP32 wire scales with VLLM_USE_DEEP_GEMM_E8M0 != 0: SkyRL raises "
                         "(vLLM would requantize them to power-of-two)", "unset it (SkyRL pins 0)")]
-    if (arch_major(j.get("gpu")) or 9) >= 10 and not j.get("gpu_assumed") and dg.value == "1" and e8.value == "0":
+    blackwell = (arch_major(j.get("gpu")) or 9) >= 10 and not j.get("gpu_assumed")
+    if j.stack == "skyrl" and scales == "pow2" and blackwell and e8.value != "1":
+        return [finding("K14", e8.key, e8.value, f"power-of-two wire scales on {j.get('gpu')} with "
+                        "VLLM_USE_DEEP_GEMM_E8M0 != 1: SkyRL raises (Blackwell DeepGEMM takes E8M0 scale factors only)",
+                        "unset it (SkyRL pins 1)")]
+    if blackwell and dg.value == "1" and e8.value == "0":
         return [finding("K14", e8.key, e8.value, f"{j.get('gpu')} DeepGEMM accepts only E8M0 scale factors: "
                         f"E8M0=0 ({e8.origin}) fails in the first forward",
                         "set VLLM_USE_DEEP_GEMM_E8M0=1 with power-of-two scales (or VLLM_USE_DEEP_GEMM=0)")]
