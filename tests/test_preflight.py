@@ -131,8 +131,9 @@ def test_explain_prints_the_rule_alone(capsys):
     assert "verdict" not in out
 
 
-def test_explain_unknown_rule_is_one_line_exit_2():
-    rc, err = run_cli("--explain", "K99")
+def test_explain_unknown_rule_is_one_line_exit_2(capsys):
+    rc, _, err = explain(capsys, "--explain", "K99")
+    err = err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "did you mean" in err and "Traceback" not in err
 
 
@@ -228,11 +229,12 @@ def test_nemo_worker_env_vars_win_over_the_driver(capsys, tmp_path):
     (["policy.megatron_cfg.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES=2"], "must be 0 or 1"),
     (["policy.megatron_cfg.fp8_cfg.fp8_recipe=blockwize"], "unknown FP8 recipe"),
 ])
-def test_nemo_bad_input_is_one_line_exit_2(sets, needle):
-    argv = ["examples/nemo_rl_fp8_generation.yaml", "--gpu", "sm90"]
+def test_nemo_bad_input_is_one_line_exit_2(sets, needle, capsys):
+    argv = ["preflight", "examples/nemo_rl_fp8_generation.yaml", "--gpu", "sm90"]
     for s in sets:
         argv += ["--set", s]
-    rc, err = run_cli(*argv)
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
     assert rc == 2 and needle in err and len(err.splitlines()) == 1, err
 
 
