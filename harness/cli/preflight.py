@@ -105,9 +105,12 @@ def read_job(args):
     data = load_yaml(args.config)
     sets = parse_sets(args.set)
     env, env_origin = dict(os.environ), {k: "environment" for k in os.environ}
-    for k, v in parse_sets(args.env, "--env").items():
-        env[k] = "" if v is None else str(int(v) if isinstance(v, bool) else v)
-        env_origin[k] = "--env"
+    for item in args.env or []:             # environment values are strings, taken literally (not YAML)
+        if "=" not in item:
+            raise UsageError(f"--env {item!r}: expected NAME=VALUE")
+        k, v = item.split("=", 1)
+        env[k.strip()] = v
+        env_origin[k.strip()] = "--env"
     if args.gpu not in ("auto", "sm90", "sm100", "sm120"):
         raise UsageError(f"--gpu {args.gpu}: expected sm90, sm100, sm120 or auto")
     return parse_job(data, env, args.gpu, source=args.config, sets=sets, env_origin=env_origin,
@@ -186,8 +189,9 @@ def _lookup(rule: str):
 
 
 def explain_text(inv) -> dict:
-    kind = {"job": "job rule", "config": "config rule", "sync": "sync rule (judged on snapshots, not by preflight)"}
-    return {"rule": inv.id, "title": inv.title, "family": inv.family, "scope": kind[inv.scope],
+    kind = {"job": "job rule", "config": "config rule"}.get(inv.scope, f"{inv.scope} rule (judged on snapshots, "
+                                                                         "not by preflight)")
+    return {"rule": inv.id, "title": inv.title, "family": inv.family, "scope": kind,
             "severity": inv.severity, "condition": inv.condition, "source": inv.source, "why": inv.why}
 
 
@@ -196,8 +200,8 @@ def explain_job(inv, job) -> dict:
     from invariants import CheckContext, run_invariant
     job.reads.clear()
     log: list = []
-    if inv.scope == "sync":
-        return {"verdict": "not judged by preflight (a sync rule needs snapshots: fp8check verify / live)",
+    if inv.scope not in ("job", "config"):
+        return {"verdict": "not judged by preflight (it needs snapshots: fp8check verify / live)",
                 "findings": [], "read": []}
     cfg = _Recorder(job.config, "", log)
     findings = run_invariant(inv, CheckContext(cfg, job=job))
