@@ -11,7 +11,10 @@ from .base import CheckContext, fail, invariant
 
 
 @invariant("A1", "alignment", "FP8 GEMM dims",
-           "every FP8 GEMM weight has both dims divisible by 16 (32 for MXFP8)", live=False)
+           "every FP8 GEMM weight has both dims divisible by 16 (32 for MXFP8)", live=False,
+           source="fp8check's own; Transformer Engine / cuBLASLt FP8 GEMMs need dims that are multiples of 16 (32 for"
+                  " MXFP8's 1x32 blocks)",
+           why='An FP8 GEMM with other dims falls back or fails. Exclude the tensor, or pad the model.')
 def a1_gemm(ctx: CheckContext):
     cfg, out = ctx.config, []
     m = fp8_gemm_multiple(cfg.recipe)
@@ -38,7 +41,13 @@ def _shards(cfg):
 @invariant("A2", "alignment", "128-divisible after tensor-parallel sharding",
            "quantizable weights have both dims divisible by the block (128; 32 along K for MXFP8) after "
            "tensor-parallel sharding, and fused members start on block boundaries, so codes and block scales "
-           "shard and split together", live=False)
+           "shard and split together", live=False,
+           source="vLLM 0.26 model_executor/layers/quantization/utils/fp8_utils.py:1196-1245 "
+                  "(validate_fp8_block_shape: block-FP8 partitions must be multiples of the block under TP); SkyRL "
+                  "pre-checks only the MXFP8 GDN in_proj (K13)",
+           why="Tensor parallelism splits codes and block scales together only on block boundaries; otherwise the "
+               "engine refuses the layer or shards the scales wrong. Pick a TP that keeps every FP8 shard a multiple "
+               "of 128 (32 along K for MXFP8).")
 def a2_sharding(ctx: CheckContext):
     cfg, out = ctx.config, []
     bn, bk = cfg.recipe.block_shape
@@ -65,7 +74,14 @@ def a2_sharding(ctx: CheckContext):
 
 @invariant("A3", "alignment", "one packed-sequence padding rule",
            "packed sequences are padded to one TP/CP/FP8-aware multiple, the same in collation, preprocessing and "
-           "replay", live=False)
+           "replay", live=False,
+           source="SkyRL skyrl/backends/skyrl_train/distributed/megatron/packing_utils.py:9-43 (_fp8_token_align) and"
+                  " train/dataset/collators.py:145-154 ('MUST stay in lockstep with the worker's "
+                  "preprocess_packed_seqs ... silently corrupt loss/grads'); NeMo RL "
+                  "nemo_rl/models/megatron/data.py:1296-1326",
+           why="Collation, preprocessing and replay must pad packed sequences to one TP/CP/FP8-aware multiple; a "
+               "stage that pads differently shifts tokens silently. Leave the packing multiples unset (fp8check "
+               "derives one).")
 def a3_packing(ctx: CheckContext):
     cfg, out = ctx.config, []
     rule = packed_pad_multiple(cfg.trainer.tp_size, cfg.trainer.cp_size, cfg.recipe)

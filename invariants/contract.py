@@ -21,7 +21,12 @@ def _arch_major(arch: str) -> int | None:
 @invariant("C1", "contract", "trainer quantizer = declared recipe",
            "the trainer's FP8 weights are the declared recipe (scale format, amax epsilon, block shape) applied to "
            "its weights: TE's quantizer of the BF16 parameter, or of the fp32 master with fp8_param",
-           needs=("trainer", "master"))
+           needs=("trainer", "master"),
+           source="fp8check's own (harness/formats: Transformer Engine's quantizer, bit-exact to "
+                  "compute_scale_from_amax)",
+           why="The trainer's FP8 bytes are the reference every sync check compares against; if they are not the "
+               "declared recipe applied to the weights, the config describes another trainer. Fix the scale-format / "
+               "epsilon settings the trainer runs with.")
 def c1_recipe(ctx: CheckContext):
     cfg, out, n = ctx.config, [], 0
     for name in sorted(cfg.fp8_tensors):
@@ -53,7 +58,14 @@ def c1_recipe(ctx: CheckContext):
 
 @invariant("C2", "contract", "FP32 scales survive the engine",
            "FP32 block scales need VLLM_USE_DEEP_GEMM_E8M0=0 (or DeepGEMM off): vLLM's default on Hopper "
-           "requantizes every block-FP8 weight to UE8M0 after loading", live=False)
+           "requantizes every block-FP8 weight to UE8M0 after loading", live=False,
+           source="SkyRL skyrl/train/utils/utils.py:960-967 (FP32 block scales require VLLM_USE_DEEP_GEMM_E8M0=0); "
+                  "vLLM 0.26 vllm/envs.py:1480-1487 (DeepGEMM and E8M0 on by default) and "
+                  "vllm/utils/deep_gemm.py:700-719 (eligible layers requantized to UE8M0); verl never pins it "
+                  "(1dda039b); NeMo RL pins it only with use_deep_gemm: true (quantization/fp8.py:240-242)",
+           why="vLLM 0.26 requantizes every DeepGEMM-eligible block-FP8 weight (N%64, K%128) to power-of-two UE8M0 "
+               "scales after loading: FP32 scales and the codes under them change. Set VLLM_USE_DEEP_GEMM_E8M0=0 for "
+               "the rollout workers (or VLLM_USE_DEEP_GEMM=0).")
 def c2_e8m0(ctx: CheckContext):
     cfg = ctx.config
     if cfg.recipe.scale_format == "fp32" and cfg.requant_ue8m0:
@@ -65,7 +77,13 @@ def c2_e8m0(ctx: CheckContext):
 
 @invariant("C3", "contract", "Blackwell needs power-of-two scales",
            "on sm100+ blockwise FP8 runs through MXFP8-style kernels: scales must be powers of two (pow2 / e8m0)",
-           live=False)
+           live=False,
+           source="SkyRL skyrl/train/utils/utils.py:946-956 (power-of-two scales are the only blockwise mode TE "
+                  "supports on SM100+: it emulates Float8BlockScaling on the MX datapath); verl issue #6172 (FP8 E2E "
+                  "with FP32 scales fails on Blackwell)",
+           why="On Blackwell, Transformer Engine's blockwise recipe runs with power-of-two scales whatever the "
+               "variable says, and DeepGEMM there takes E8M0 scale factors only. Set "
+               "NVTE_FP8_BLOCK_SCALING_FP32_SCALES=0, or use mxfp8.")
 def c3_blackwell(ctx: CheckContext):
     cfg, major = ctx.config, _arch_major(ctx.config.arch)
     if major is None:
@@ -77,7 +95,14 @@ def c3_blackwell(ctx: CheckContext):
 
 
 @invariant("C4", "contract", "persistent FP8 parameters need FP32 block scales",
-           "fp8_param (persistent FP8 weights) needs FP32 block scales and is not available with MXFP8", live=False)
+           "fp8_param (persistent FP8 weights) needs FP32 block scales and is not available with MXFP8", live=False,
+           source="SkyRL skyrl/train/utils/utils.py:952-956 (persistent fp8_param requires FP32 block scales) and "
+                  "skyrl/backends/skyrl_train/distributed/megatron/quantization_utils.py:90-97 (fp8_param refused "
+                  "with mxfp8: TE 2.11 replace_raw_data raises; Megatron's reuse_grad_buf_for_mxfp8_param_ag fallback"
+                  " zeroes freshly loaded params); NeMo RL allows mxfp8 + fp8_param (see E6)",
+           why="Persistent FP8 parameters are re-quantized from the FP32 master each step with FP32 block scales; "
+               "with power-of-two scales, or with MXFP8 storage, the path is not available (SkyRL refuses both). Use "
+               "fp8_param=false, or FP32 scales on Hopper.")
 def c4_fp8_param(ctx: CheckContext):
     cfg = ctx.config
     if not cfg.trainer.fp8_param:
@@ -91,7 +116,11 @@ def c4_fp8_param(ctx: CheckContext):
 
 
 @invariant("C5", "contract", "MXFP8 needs sm100",
-           "the mxfp8 recipe (1x32 blocks, E8M0 scales) needs Blackwell (sm100+) kernels", live=False)
+           "the mxfp8 recipe (1x32 blocks, E8M0 scales) needs Blackwell (sm100+) kernels", live=False,
+           source="SkyRL skyrl/backends/skyrl_train/distributed/megatron/quantization_utils.py:75-89 "
+                  "(validate_concrete_fp8_recipe: 'fp8_recipe=mxfp8 requires SM100+')",
+           why="Transformer Engine's MXFP8BlockScaling has no kernel path below Blackwell. Use blockwise on Hopper "
+               "(or fp8_recipe=auto).")
 def c5_mxfp8(ctx: CheckContext):
     cfg, major = ctx.config, _arch_major(ctx.config.arch)
     if cfg.recipe.granularity == "mxfp8" and major is not None and major < 10:
@@ -102,7 +131,14 @@ def c5_mxfp8(ctx: CheckContext):
 
 @invariant("C6", "contract", "scale format and amax epsilon agree",
            "trainer, sender and engine use one scale format and one amax epsilon (Transformer Engine defaults to "
-           "power-of-two block scales, other stacks to FP32: the same value must reach all three)", live=False)
+           "power-of-two block scales, other stacks to FP32: the same value must reach all three)", live=False,
+           source="fp8check's own; Transformer Engine defaults to power-of-two block scales "
+                  "(common/recipe/__init__.py:429), SkyRL's serializer to FP32 when unset "
+                  "(weight_sync/fp8/quantize.py:20-33), verl's rollout quantizer is FP32 only",
+           why="The trainer, the sender and the engine each default the scale format their own way; when the "
+               "trainer's differs from what the rollout serves, every weight's scales and codes differ. Export one "
+               "NVTE_FP8_BLOCK_SCALING_FP32_SCALES to every worker (and, in NeMo RL, match "
+               "pow2_weight_scaling_factors).")
 def c6_agree(ctx: CheckContext):
     cfg, out = ctx.config, []
     t = cfg.trainer_recipe
@@ -116,7 +152,12 @@ def c6_agree(ctx: CheckContext):
 
 
 @invariant("C7", "contract", "block shape agrees",
-           "the engine's weight_block_size equals the recipe's weight block shape", live=False)
+           "the engine's weight_block_size equals the recipe's weight block shape", live=False,
+           source="SkyRL skyrl/backends/skyrl_train/weight_sync/fp8/quantize.py:36-46 and "
+                  "inference_servers/utils.py:98-111 (weight_block_size [128, 128], validated); verl "
+                  "vllm_async_server.py:1071-1088 and NeMo RL quantization/fp8.py:37-42 inject [128, 128]",
+           why="The engine dequantizes with its configured block; scales computed on another block shape are applied "
+               "to the wrong elements. Remove the weight_block_size override.")
 def c7_block(ctx: CheckContext):
     cfg = ctx.config
     b = cfg.rollout.weight_block_size
@@ -128,7 +169,11 @@ def c7_block(ctx: CheckContext):
 
 @invariant("C8", "contract", "adapter-only LoRA cannot sync serialized FP8",
            "serialized FP8 weight sync needs full-weight updates: adapter-only LoRA (merge off) must sync BF16 "
-           "adapters instead", live=False)
+           "adapters instead", live=False,
+           source="SkyRL skyrl/train/utils/utils.py:618-623 ('FP8 weight sync requires full-weight updates; Megatron "
+                  "LoRA with merge_lora=false syncs adapters only')",
+           why="Adapter-only LoRA sends BF16 adapters, not the merged FP8 weights the engine serves. Set "
+               "lora_config.merge_lora=true, or turn off FP8 weight sync.")
 def c8_lora(ctx: CheckContext):
     cfg = ctx.config
     if cfg.lora_adapter_only and cfg.sync_mode == "onpolicy":
@@ -139,7 +184,11 @@ def c8_lora(ctx: CheckContext):
 
 @invariant("C9", "contract", "activation scale format agrees",
            "the engine quantizes activations with the trainer's scale format: power-of-two block scales pair with "
-           "vLLM's DeepGEMM E8M0 path (UE8M0 activation scales), FP32 scales with it off", live=False)
+           "vLLM's DeepGEMM E8M0 path (UE8M0 activation scales), FP32 scales with it off", live=False,
+           source="fp8check's own; vLLM 0.26 DeepGEMM E8M0 mode rounds activation scales to UE8M0 "
+                  "(vllm/envs.py:1485-1487)",
+           why="Identical weights still give other log-probs when the engine quantizes activations with another scale"
+               " format than the trainer. Pair power-of-two scales with E8M0 on, FP32 scales with it off.")
 def c9_activations(ctx: CheckContext):
     cfg = ctx.config
     if cfg.recipe.granularity != "block":

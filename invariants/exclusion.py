@@ -19,7 +19,12 @@ def _linears(cfg):
 @invariant("X1", "exclusion", "exact exclusion matching",
            "every exclusion pattern matches whole module names at component boundaries (`mlp.gate` never matches "
            "`gate_up_proj` / `gate_proj`); a regex selects one kind of module, and every pattern matches something",
-           live=False)
+           live=False,
+           source="fp8check's own; vLLM matches Fp8Config ignored_layers exactly and ModelOpt by substring "
+                  "(model_executor/layers/quantization/utils/quant_utils.py:510-560); NeMo RL PR #3614 review (router"
+                  " substrings)",
+           why="Substring or regex exclusions confuse routers with gate_proj / gate_up_proj, and a typo silently "
+               "quantizes the layer. Name whole modules.")
 def x1_exact(ctx: CheckContext):
     cfg, out = ctx.config, []
     mods = sorted({t.module for t in cfg.spec.tensors()})
@@ -64,7 +69,11 @@ def _mixed_groups(cfg, kind: str):
 
 @invariant("X2", "exclusion", "fused shards share one scheme (engine)",
            "q|k|v, gate|up and other GEMMs vLLM fuses are all FP8 or all high precision (vLLM raises otherwise)",
-           live=False)
+           live=False,
+           source="vLLM 0.26 model_executor/layers/quantization/utils/quant_utils.py:540-559 (is_layer_skipped raises"
+                  " 'Detected some but not all shards of ... are quantized')",
+           why="vLLM fuses q|k|v and gate|up into one GEMM with one scheme and refuses a mixed exclusion at engine "
+               "start. Exclude all members of a fused GEMM or none.")
 def x2_engine_fusion(ctx: CheckContext):
     return [fail("X2", g, f"fused GEMM mixes FP8 {fp8} and high precision {hp}", key="exclude")
             for g, fp8, hp in _mixed_groups(ctx.config, "vllm:")]
@@ -72,7 +81,11 @@ def x2_engine_fusion(ctx: CheckContext):
 
 @invariant("X3", "exclusion", "closed under the trainer's fusion",
            "GEMMs the trainer fuses (Megatron linear_qkv, linear_fc1, GDN in_proj [q|k|v|z|b|a]) are all FP8 or all "
-           "high precision: a trainer cannot keep part of one GEMM in BF16", live=False)
+           "high precision: a trainer cannot keep part of one GEMM in BF16", live=False,
+           source="fp8check's own; Megatron-Core fuses linear_qkv, linear_fc1 and the GDN in_proj "
+                  "(megatron/core/ssm/gated_delta_net.py)",
+           why="The trainer quantizes a fused GEMM as one tensor; it cannot keep part of it in BF16 while the engine "
+               "does. Exclude the whole fused group.")
 def x3_trainer_fusion(ctx: CheckContext):
     return [fail("X3", g, f"trainer GEMM mixes FP8 {fp8} and high precision {hp}; exclude all of them or none",
                  key="exclude") for g, fp8, hp in _mixed_groups(ctx.config, "megatron:")]
@@ -81,7 +94,12 @@ def x3_trainer_fusion(ctx: CheckContext):
 @invariant("X4", "exclusion", "unquantizable GEMMs are excluded",
            "a GEMM whose output or input dim is not a multiple of the weight block (MoE router, shared-expert "
            "gate, GDN a/b projections) is in the exclusion set (vLLM otherwise fails in its first forward)",
-           live=False)
+           live=False,
+           source="SkyRL skyrl/backends/skyrl_train/weight_sync/fp8/models/qwen35.py:77-133 (in_proj_a/b ignored: the"
+                  " 32-row shard is not 128-divisible); vLLM 0.26 "
+                  "model_executor/layers/quantization/utils/fp8_utils.py:1196-1245 (validate_fp8_block_shape)",
+           why="A GEMM whose dims are not multiples of the weight block cannot carry block scales; vLLM fails in its "
+               "first forward. Add it to the exclusion set.")
 def x4_unquantizable(ctx: CheckContext):
     cfg, out = ctx.config, []
     if cfg.recipe.granularity != "block":
@@ -97,7 +115,11 @@ def x4_unquantizable(ctx: CheckContext):
 
 @invariant("X5", "exclusion", "engine-forced high precision agrees",
            "modules the engine's model class always builds unquantized (vLLM Qwen3-MoE shared_expert_gate) are "
-           "high precision in the trainer too", live=False)
+           "high precision in the trainer too", live=False,
+           source="vLLM 0.26 model_executor/models/qwen3_moe.py:184-190 (shared_expert_gate is a ReplicatedLinear "
+                  "with quant_config=None)",
+           why="The engine builds this GEMM in BF16 whatever ignored_layers says; a trainer that quantizes it runs "
+               "another policy. Keep it in the exclusion set.")
 def x5_forced(ctx: CheckContext):
     cfg, out = ctx.config, []
     for t in _linears(cfg):

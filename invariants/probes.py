@@ -94,7 +94,8 @@ def snapshot_logprobs(ctx: CheckContext):
 @invariant("P1", "probes", "policy probe",
            "on fixed prompts the sampler's log-probs match the learner's: mean |dlogprob|, token_mult_prob_error "
            "median and KL within bounds calibrated on a verified pass (live) or on the snapshots' own floor, never "
-           "tighter than 0.05 / 1.1 / 0.01", needs=("trainer", "rollout"))
+           "tighter than 0.05 / 1.1 / 0.01", needs=("trainer", "rollout"),
+           source="fp8check's own")
 def p1_probe(ctx: CheckContext):
     m, bounds = ctx.probes, ctx.probe_bounds
     if m is None:

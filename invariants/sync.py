@@ -90,7 +90,8 @@ _TRANSFORMED: dict = {}
 # -- S1 -----------------------------------------------------------------------------------------------------------
 @invariant("S1", "sync", "coverage",
            "every parameter and scale the sampler reads is written by this sync exactly once; nothing unknown is "
-           "sent; no destination keeps its dummy, previous or poisoned value", needs=("rollout",))
+           "sent; no destination keeps its dummy, previous or poisoned value", needs=("rollout",),
+           source="fp8check's own")
 def s1_coverage(ctx: CheckContext):
     """The wire half needs the payload record; a sync fp8check did not carry (check_sync on a user's engine) is
     judged on the engine half alone."""
@@ -152,7 +153,8 @@ def s1_coverage(ctx: CheckContext):
 # -- S2 -----------------------------------------------------------------------------------------------------------
 @invariant("S2", "sync", "code identity",
            "the E4M3 codes the sampler's kernels read equal the learner's FP8 forward weights byte for byte "
-           "(after undoing the engine's declared layout)", needs=("trainer", "rollout"))
+           "(after undoing the engine's declared layout)", needs=("trainer", "rollout"),
+           source="fp8check's own")
 def s2_codes(ctx: CheckContext):
     out, n_checked = [], 0
     rhf = ctx.rollout_hf
@@ -219,7 +221,8 @@ def diagnose_scale(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
 @invariant("S3", "sync", "scale identity and encoding",
            "scale bits equal; weight_scale_inv multiplies to dequantize; the representable set is kept "
            "(power-of-two mode has integral log2, E8M0 bias and zero-block byte right, no FP32 -> UE8M0 "
-           "requantization on the way)", needs=("trainer", "rollout"))
+           "requantization on the way)", needs=("trainer", "rollout"),
+           source="fp8check's own")
 def s3_scales(ctx: CheckContext):
     out, n_checked = [], 0
     recipe = ctx.config.recipe
@@ -321,7 +324,8 @@ def diagnose_layout(ctx: CheckContext, name: str, expected: torch.Tensor, actual
 @invariant("S4", "sync", "layout, shape and fusion",
            "unpadded block grid [ceil(N/128), ceil(K/128)] on the wire; fused q|k|v, gate|up, TP shards and "
            "expert ids where the kernel expects them: dequantized rollout weight == dequantized trainer weight "
-           "in checkpoint coordinates", needs=("trainer", "rollout"))
+           "in checkpoint coordinates", needs=("trainer", "rollout"),
+           source="fp8check's own")
 def s4_layout(ctx: CheckContext):
     out, n_checked = [], 0
     cfg, recipe = ctx.config, ctx.config.recipe
@@ -395,7 +399,8 @@ def _dtype(s: str) -> str:
 @invariant("S5", "sync", "dtypes",
            "float8_e4m3fn where FP8 is declared (not e5m2, not fnuz), fp32 / e8m0 scales as declared, BF16 "
            "exactly where high precision is declared; no silent BF16 fallback; every tensor arrives with the "
-           "dtype it was sent with", needs=("rollout",))
+           "dtype it was sent with", needs=("rollout",),
+           source="fp8check's own")
 def s5_dtypes(ctx: CheckContext):
     out = []
     cfg = ctx.config
@@ -439,7 +444,8 @@ def expected_fp8_modules(cfg) -> set[str]:
 
 @invariant("S6", "sync", "exclusion agreement",
            "the high-precision set is identical in the trainer, on the wire and in the engine's ignored_layers "
-           "(exact names; fused shards share one scheme), all derived from the one config", needs=("rollout",))
+           "(exact names; fused shards share one scheme), all derived from the one config", needs=("rollout",),
+           source="fp8check's own")
 def s6_exclusion(ctx: CheckContext):
     out = []
     cfg = ctx.config
@@ -480,7 +486,8 @@ def s6_exclusion(ctx: CheckContext):
 @invariant("S7", "sync", "lifecycle and atomicity",
            "post-load processing runs exactly once per complete update; parameters stay in place (same storage); "
            "syncing the same weights twice is idempotent; every engine and rank serves one version; no "
-           "generation runs on a half-installed policy", needs=("rollout",))
+           "generation runs on a half-installed policy", needs=("rollout",),
+           source="fp8check's own")
 def s7_lifecycle(ctx: CheckContext):
     out = []
     meta = ctx.rollout.meta

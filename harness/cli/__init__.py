@@ -89,10 +89,10 @@ def cmd_catalog(args) -> int:
     from rich.table import Table
     from .report import console
     t = Table(title="fp8check invariant catalog")
-    for c in ("id", "family", "title", "condition", "faults that trip it"):
+    for c in ("id", "family", "title", "condition", "source", "faults that trip it"):
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(r["id"], r["family"], r["title"], r["condition"], ", ".join(r["faults"]))
+        t.add_row(r["id"], r["family"], r["title"], r["condition"], r["source"], ", ".join(r["faults"]))
     console().print(t)
     return EXIT_OK
 
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="fp8check", description="Correctness harness for FP8 RL weight sync.")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=OneLineParser)
 
-    c = sub.add_parser("catalog", help="list every invariant: id, family, condition, faults that trip it")
+    c = sub.add_parser("catalog", help="list every invariant: id, family, condition, source, faults that trip it")
     c.add_argument("--json", action="store_true")
     c.set_defaults(fn=cmd_catalog)
 

@@ -1,4 +1,5 @@
-"""`fp8check catalog`: the invariants and, from the fault registry, which faults trip each one."""
+"""`fp8check catalog`: the invariants (with the stack file or tracker each mirrors) and, from the fault registry,
+which faults trip each one."""
 from __future__ import annotations
 
 
@@ -11,5 +12,6 @@ def catalog_rows() -> list[dict]:
     rows = []
     for inv in REGISTRY.values():
         rows.append({"id": inv.id, "family": inv.family, "title": inv.title, "condition": inv.condition,
+                     "scope": inv.scope, "severity": inv.severity, "source": inv.source, "why": inv.why,
                      "live": inv.live, "faults": sorted(f.name for f in FAULTS.values() if inv.id in f.trips)})
     return rows

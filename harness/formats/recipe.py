@@ -37,6 +37,13 @@ class Recipe:
             raise RecipeError(f"recipe {self.name!r}: scale_format must be one of {SCALE_FORMATS}, got {self.scale_format!r}")
         if (self.granularity == "mxfp8") != (self.scale_format == "e8m0"):
             raise RecipeError(f"recipe {self.name!r}: e8m0 scales go with mxfp8 granularity and only with it")
+        for what in ("block_shape", "act_block_shape"):
+            v = getattr(self, what)
+            if not (isinstance(v, tuple) and len(v) == 2 and
+                    all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)):
+                raise RecipeError(f"recipe {self.name!r}: {what} must be two positive integers, got {v!r}")
+        if isinstance(self.amax_epsilon, bool) or not isinstance(self.amax_epsilon, (int, float)):
+            raise RecipeError(f"recipe {self.name!r}: amax_epsilon must be a number, got {self.amax_epsilon!r}")
         if self.amax_epsilon < 0:
             raise RecipeError(f"recipe {self.name!r}: amax_epsilon must be >= 0, got {self.amax_epsilon}")
         if self.granularity == "mxfp8":
