@@ -52,8 +52,8 @@ def test_triton_quantizer_layouts_on_gpu():
     g = torch.Generator().manual_seed(5)
     w = (torch.randn(4, 384, 1000, generator=g) * 0.05).bfloat16()
     big = (torch.randn(28672, 4096, generator=g) * 0.02).bfloat16()
-    cases = [(w, {}), (w, {"block_shape": (1, 128), "pow2": True}), (w[1].t(), {}), (w[2, 1:, 3:], {}),
-             (w[0, :, :1000 - 7], {"block_shape": (1, 128)}), (w[3].float(), {"fp8_dtype": torch.float8_e5m2}),
+    cases = [(w, {}), (w, {"block_shape": (1, 128), "pow2": True}), (w[1].t(), {}), (w[-1, 1:, 3:], {}),
+             (w[0, :, :1000 - 7], {"block_shape": (1, 128)}), (w[-1].float(), {"fp8_dtype": torch.float8_e5m2}),
              (big, {}), (big, {"pow2": True, "block_shape": (1, 128)}), (w[0], {"num_warps": 4, "slice_rows": 64}),
              (w[0], {"block_shape": (1, 128), "rows_per_program": 8, "num_warps": 2})]
     bad = []
