@@ -62,6 +62,7 @@ def _te(pow2: bool):
 def _entries(tune: bool):
     from harness.digest import state_digests
     from harness.formats import quantize_blockwise
+    from harness.formats.triton_blockwise import launch
     from harness.formats.triton_blockwise import quantize_blockwise_triton as tq
     out = {"clone": lambda x: x.clone()}
     for mode, pow2 in (("fp32", False), ("pow2", True)):
@@ -77,8 +78,8 @@ def _entries(tune: bool):
     if tune:                                   # launch knobs of the Triton kernel (same bytes whatever they are)
         for w in (4, 8, 16):
             for s in (16, 32, 64):
-                out[f"tune triton_fp32 num_warps={w} slice_rows={s}"] = lambda x, w=w, s=s: tq(x, num_warps=w,
-                                                                                              slice_rows=s)
+                out[f"tune triton_fp32 num_warps={w} slice_rows={s}"] = lambda x, w=w, s=s: launch(
+                    x, num_warps=w, slice_rows=s)
     return out
 
 

@@ -50,7 +50,10 @@ def _diff(got, want):
 
 def _check(x, block, pow2=False, eps=0.0, fp8_dtype=torch.float8_e4m3fn, **knobs):
     want = quantize_blockwise(x, block, pow2=pow2, amax_epsilon=eps, fp8_dtype=fp8_dtype)
-    got = tb.quantize_blockwise_triton(x, block, pow2=pow2, amax_epsilon=eps, fp8_dtype=fp8_dtype, **knobs)
+    got = tb.launch(x, block, pow2=pow2, amax_epsilon=eps, fp8_dtype=fp8_dtype, **knobs)
+    if not knobs:                                                   # the public entry point: the same launch
+        assert _diff(tb.quantize_blockwise_triton(x, block, pow2=pow2, amax_epsilon=eps, fp8_dtype=fp8_dtype),
+                     want) == (0, 0)
     return _diff(got, want)
 
 
@@ -158,6 +161,10 @@ def test_layouts_expert_stack_noncontiguous_and_other_blocks():
     assert _check(w[:40], (1, 100)) == (0, 0) and _check(w, (100, 60), **FAST) == (0, 0)   # non-power-of-two
     q, s = tb.quantize_blockwise_triton(torch.zeros(0, 128))
     assert q.shape == (0, 128) and s.shape == (0, 1)
+
+
+def test_same_signature_as_the_reference():
+    assert inspect.signature(tb.quantize_blockwise_triton) == inspect.signature(quantize_blockwise)
 
 
 def _kernel_source() -> str:

@@ -48,7 +48,7 @@ def test_triton_quantizer_matches_reference_and_transformer_engine(pow2, eps, bl
 def test_triton_quantizer_layouts_on_gpu():
     """Expert stacks, strided / misaligned inputs, K not a multiple of 16 (unvectorized loads), e5m2, a big
     gate_up-sized tensor, the launch knobs: all equal to the CPU reference."""
-    from harness.formats.triton_blockwise import quantize_blockwise_triton
+    from harness.formats.triton_blockwise import launch
     g = torch.Generator().manual_seed(5)
     w = (torch.randn(4, 384, 1000, generator=g) * 0.05).bfloat16()
     big = (torch.randn(28672, 4096, generator=g) * 0.02).bfloat16()
@@ -60,7 +60,7 @@ def test_triton_quantizer_layouts_on_gpu():
     for x, kw in cases:
         ref_kw = {k: v for k, v in kw.items() if k not in ("num_warps", "slice_rows", "rows_per_program")}
         want = quantize_blockwise(x, **ref_kw)
-        got = [t.cpu() for t in quantize_blockwise_triton(x.cuda(), **kw)]
+        got = [t.cpu() for t in launch(x.cuda(), **kw)]
         if not (_bits_equal(got[0], want[0]) and _bits_equal(got[1], want[1])):
             bad.append((tuple(x.shape), kw, _ndiff(got[0], want[0]), _ndiff(got[1], want[1])))
     assert not bad, bad
