@@ -2,11 +2,11 @@
 
 Each program reads BLOCK words once, whitens them (fmix32), computes its multipliers in-kernel from the word
 indices (no tables, no int64 copy of the tensor) and writes one uint32 partial sum per lane; partial sums of all
-tensors of a batch are reduced on the device (no host sync per tensor) and copied to the host once.  Word-aligned tensors are read as
-uint32 words (whole blocks unmasked, then the last partial block and the last partial word as two tiny
-launches; the sums add); tensors whose bytes do not start on a 4-byte boundary are read as bytes and assembled
-into words in-kernel (same words, so the same sums).
-uint32 arithmetic wraps mod 2^32 on the GPU and in the interpreter alike.
+tensors of a batch are reduced on the device (no host sync per tensor) and copied to the host once.
+Word-aligned tensors are read as uint32 words (whole blocks unmasked, then the last partial block and the last
+partial word as two tiny launches; the sums add); tensors whose bytes do not start on a 4-byte boundary are read
+as bytes and assembled into words in-kernel (same words, so the same sums).  uint32 arithmetic wraps mod 2^32 on
+the GPU and in the interpreter alike.
 """
 from __future__ import annotations
 

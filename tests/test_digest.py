@@ -158,14 +158,19 @@ def test_state_digests_batched_and_meta():
     assert all(out[n] == state_digest(t) for n, t in ts.items())
 
 
-def test_triton_kernel_under_interpreter_gives_the_same_sums():
+def test_triton_kernel_gives_the_same_sums():
+    """Under TRITON_INTERPRET=1 on CPU tensors (compiled on CUDA where present)."""
     try:
         from triton_interp import load
     except ImportError:
         from tests.triton_interp import load
-    dt = load("harness.digest_triton")
+    dt, device = load("harness.digest_triton")
     ts = list(_tensors().values()) + [torch.randn(3 * dt.BLOCK + 5), torch.randn(2 * dt.BLOCK).half()]
-    assert dt.lane_sums_batched(ts) == [digest.lane_sums(t) for t in ts]
+    on = [t.to(device) for t in ts]
+    u8 = torch.arange(64, dtype=torch.uint8)
+    ts += [u8[1:38], u8[2:63]]                                       # misaligned on the kernel's device too
+    on += [u8.to(device)[1:38], u8.to(device)[2:63]]
+    assert dt.lane_sums_batched(on) == [digest.lane_sums(t) for t in ts]
     t = torch.randn(2 * dt.BLOCK + 7)
     for base in ((1 << 32) - dt.BLOCK, 3 << 32):                     # word indices crossing / past 2^32
-        assert dt.lane_sums_batched([t], base_word=base) == [py_lane_sums(py_bytes(t), base)]
+        assert dt.lane_sums_batched([t.to(device)], base_word=base) == [py_lane_sums(py_bytes(t), base)]

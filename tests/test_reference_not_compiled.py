@@ -18,7 +18,8 @@ QUANTIZER_OPS = ("div", "truediv", "reciprocal", "amax", "amin", "maximum", "cla
 def _adversarial():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 384, generator=g)
-    x = x * (10.0 ** torch.empty(2, 3).uniform_(-30, 30, generator=g)).repeat_interleave(128, 0).repeat_interleave(128, 1)
+    mag = 10.0 ** torch.empty(2, 3).uniform_(-30, 30, generator=g)
+    x = x * mag.repeat_interleave(128, 0).repeat_interleave(128, 1)
     x[0, 0], x[1, 1], x[130, 2] = float("nan"), float("inf"), -float("inf")
     x[200:, 300:] = torch.finfo(torch.float32).tiny / 3
     # amax values where 448 * (1 / amax) and 448 / amax differ in the last bit

@@ -1,5 +1,5 @@
 """The Triton blockwise quantizer (harness/formats/triton_blockwise.py) against the CPU reference, byte for byte
-(atol=0 on the uint8 / int32 views), under TRITON_INTERPRET=1 on CPU tensors.
+(atol=0 on the uint8 / int32 views): under TRITON_INTERPRET=1 on CPU tensors, or compiled where CUDA is present.
 
 The interpreter runs the kernel's integer and fp32 operations with numpy; what the interpreter cannot show (that
 the GPU build keeps `div.rn.f32`, adds no flush-to-zero and no FMA) is checked on the sm90 PTX that Triton
@@ -27,7 +27,7 @@ except ImportError:                  # imported from the repository root
     from tests.gpu.test_te_conformance import _case
     from tests.triton_interp import load
 
-tb = load("harness.formats.triton_blockwise")
+tb, DEVICE = load("harness.formats.triton_blockwise")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = [(pow2, eps, block) for pow2 in (False, True) for eps in (0.0, 1e-3) for block in ((128, 128), (1, 128))]
@@ -35,7 +35,8 @@ MODE_IDS = [f"{'pow2' if p else 'fp32'}-eps{e:g}-{b[0]}x{b[1]}" for p, e, b in M
 # the conformance generator of tests/gpu/test_te_conformance.py on shapes the interpreter gets through quickly
 # (both ragged in both dims); each mode runs all dtype x kind cases on one of them
 SHAPES = [(130, 260), (257, 129)]
-KINDS = [(d, kind) for d in (torch.bfloat16, torch.float32, torch.float16) for kind in ("normal", "wide", "special", "tiny")
+KINDS = [(d, kind) for d in (torch.bfloat16, torch.float32, torch.float16)
+         for kind in ("normal", "wide", "special", "tiny")
          if not (d == torch.float16 and kind in ("wide", "tiny"))]
 FAST = {"rows_per_program": 128, "slice_rows": 128}       # fewer, larger interpreted steps; same bytes
 
@@ -48,9 +49,16 @@ def _diff(got, want):
     return tuple(out)
 
 
-def _check(x, block, pow2=False, eps=0.0, fp8_dtype=torch.float8_e4m3fn, **knobs):
-    want = quantize_blockwise(x, block, pow2=pow2, amax_epsilon=eps, fp8_dtype=fp8_dtype)
-    got = tb.quantize_blockwise_triton(x, block, pow2=pow2, amax_epsilon=eps, fp8_dtype=fp8_dtype, **knobs)
+def _check(x, block, pow2=False, eps=0.0, fp8_dtype=torch.float8_e4m3fn, view=None, **knobs):
+    """(differing code bytes, differing scale bytes) of the kernel vs the reference; `view` is applied after
+    the move to the kernel's device, so strides and storage offsets survive it."""
+    view = view or (lambda t: t)
+    want = quantize_blockwise(view(x), block, pow2=pow2, amax_epsilon=eps, fp8_dtype=fp8_dtype)
+    xd = view(x.to(DEVICE))
+    got = [t.cpu() for t in tb.launch(xd, block, pow2=pow2, amax_epsilon=eps, fp8_dtype=fp8_dtype, **knobs)]
+    if not knobs:                                                   # the public entry point: the same launch
+        pub = tb.quantize_blockwise_triton(xd, block, pow2=pow2, amax_epsilon=eps, fp8_dtype=fp8_dtype)
+        assert _diff([t.cpu() for t in pub], want) == (0, 0)
     return _diff(got, want)
 
 
@@ -150,14 +158,19 @@ def test_layouts_expert_stack_noncontiguous_and_other_blocks():
     assert _check(e, (128, 128), **FAST) == (0, 0)
     assert _check(e, (1, 128), pow2=True, **FAST) == (0, 0)
     w = torch.randn(140, 260, generator=g)
-    assert _check(w.t(), (128, 128), **FAST) == (0, 0)               # transposed: strided loads
-    assert _check(w[1:, 3:], (1, 128), **FAST) == (0, 0)             # misaligned storage offset
-    stack = torch.randn(3, 2, 40, 130, generator=g).transpose(0, 1)           # leading dims not viewable as one
-    assert _check(stack, (128, 128), **FAST) == (0, 0) and _check(stack, (1, 128), **FAST) == (0, 0)
+    assert _check(w, (128, 128), view=lambda t: t.t(), **FAST) == (0, 0)          # transposed: strided loads
+    assert _check(w, (1, 128), view=lambda t: t[1:, 3:], **FAST) == (0, 0)        # misaligned storage offset
+    stack = torch.randn(3, 2, 40, 130, generator=g)
+    for block in ((128, 128), (1, 128)):                                          # leading dims not one view
+        assert _check(stack, block, view=lambda t: t.transpose(0, 1), **FAST) == (0, 0)
     assert _check(w, (32, 64), eps=1e-2, **FAST) == (0, 0)           # other power-of-two blocks
     assert _check(w[:40], (1, 100)) == (0, 0) and _check(w, (100, 60), **FAST) == (0, 0)   # non-power-of-two
-    q, s = tb.quantize_blockwise_triton(torch.zeros(0, 128))
+    q, s = tb.quantize_blockwise_triton(torch.zeros(0, 128, device=DEVICE))
     assert q.shape == (0, 128) and s.shape == (0, 1)
+
+
+def test_same_signature_as_the_reference():
+    assert inspect.signature(tb.quantize_blockwise_triton) == inspect.signature(quantize_blockwise)
 
 
 def _kernel_source() -> str:

@@ -1,15 +1,20 @@
-"""Triton kernels on CPU tensors: TRITON_INTERPRET=1 must be set before `triton` is first imported (the standard
+"""Triton kernels in the CPU suite: compiled on CUDA tensors where a GPU is present, otherwise in Triton's
+interpreter on CPU tensors.  TRITON_INTERPRET=1 must be set before `triton` is first imported (the standard
 library's own @triton.jit functions are built at import), so tests/conftest.py sets it on machines without CUDA;
-`load` imports a kernel module in interpreter mode or skips with the reason."""
+`load` returns (kernel module, device for the test tensors) or skips with the reason."""
 import importlib
 import os
 
 import pytest
+import torch
 
 
 def load(module_name: str):
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     pytest.importorskip("triton", reason="triton is not installed (pip install triton): kernel not tested here")
+    if torch.cuda.is_available():
+        return importlib.import_module(module_name), "cuda"
     import triton.language.standard as std
     from triton.runtime.interpreter import InterpretedFunction
     if not isinstance(std.zeros, InterpretedFunction):
@@ -19,4 +24,4 @@ def load(module_name: str):
     kernels = [v for v in vars(mod).values() if type(v).__name__ in ("JITFunction", "InterpretedFunction")]
     if any(not isinstance(k, InterpretedFunction) for k in kernels):     # imported earlier in compiled mode
         mod = importlib.reload(mod)
-    return mod
+    return mod, "cpu"

@@ -144,15 +144,18 @@ def _p2(n: int) -> int:
 
 
 def quantize_blockwise_triton(x: torch.Tensor, block_shape=WEIGHT_BLOCK, *, pow2: bool = False,
-                              amax_epsilon: float = 0.0, fp8_dtype: torch.dtype = E4M3,
-                              rows_per_program: int | None = None, slice_rows: int | None = None,
-                              num_warps: int | None = None):
-    """Triton twin of `quantize_blockwise`: (codes [.., N, K] fp8, scale_inv [.., gn, gk] fp32), same bytes.
+                              amax_epsilon: float = 0.0, fp8_dtype: torch.dtype = E4M3):
+    """Triton twin of `quantize_blockwise` (same signature): (codes [.., N, K] fp8, scale_inv [.., gn, gk] fp32),
+    the same bytes.  Runs on CUDA tensors, or on CPU tensors under TRITON_INTERPRET=1."""
+    return launch(x, block_shape, pow2=pow2, amax_epsilon=amax_epsilon, fp8_dtype=fp8_dtype)
 
-    Tuning knobs, which never change the result: `rows_per_program` (1xBK blocks: rows per program),
-    `slice_rows` (BN>1: rows read per step of the block's two passes), `num_warps`.
-    Runs on CUDA tensors, or on CPU tensors under TRITON_INTERPRET=1.
-    """
+
+def launch(x: torch.Tensor, block_shape=WEIGHT_BLOCK, *, pow2: bool = False, amax_epsilon: float = 0.0,
+           fp8_dtype: torch.dtype = E4M3, rows_per_program: int | None = None, slice_rows: int | None = None,
+           num_warps: int | None = None):
+    """`quantize_blockwise_triton` with the launch knobs exposed (tuning, fast interpreter tests); they never
+    change the result: `rows_per_program` (1xBK blocks: rows per program), `slice_rows` (BN > 1: rows read per
+    step of the block's two passes), `num_warps`."""
     if triton is None:
         raise ImportError(f"quantize_blockwise_triton needs Triton ({_IMPORT_ERROR}); "
                           f"use harness.formats.quantize_blockwise on machines without it")

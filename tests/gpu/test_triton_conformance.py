@@ -48,43 +48,51 @@ def test_triton_quantizer_matches_reference_and_transformer_engine(pow2, eps, bl
 def test_triton_quantizer_layouts_on_gpu():
     """Expert stacks, strided / misaligned inputs, K not a multiple of 16 (unvectorized loads), e5m2, a big
     gate_up-sized tensor, the launch knobs: all equal to the CPU reference."""
-    from harness.formats.triton_blockwise import quantize_blockwise_triton
+    from harness.formats.triton_blockwise import launch
     g = torch.Generator().manual_seed(5)
     w = (torch.randn(4, 384, 1000, generator=g) * 0.05).bfloat16()
     big = (torch.randn(28672, 4096, generator=g) * 0.02).bfloat16()
-    cases = [(w, {}), (w, {"block_shape": (1, 128), "pow2": True}), (w[1].t(), {}), (w[2, 1:, 3:], {}),
-             (w[0, :, :1000 - 7], {"block_shape": (1, 128)}), (w[3].float(), {"fp8_dtype": torch.float8_e5m2}),
-             (big, {}), (big, {"pow2": True, "block_shape": (1, 128)}), (w[0], {"num_warps": 4, "slice_rows": 64}),
-             (w[0], {"block_shape": (1, 128), "rows_per_program": 8, "num_warps": 2})]
+    same = lambda t: t                                                # noqa: E731
+    # (base tensor, view taken after the move to the GPU so strides and offsets survive, kwargs)
+    cases = [(w, same, {}), (w, same, {"block_shape": (1, 128), "pow2": True}), (w, lambda t: t[1].t(), {}),
+             (w, lambda t: t[-1, 1:, 3:], {}), (w, lambda t: t[0, :, :993], {"block_shape": (1, 128)}),
+             (w.float(), lambda t: t[-1], {"fp8_dtype": torch.float8_e5m2}), (big, same, {}),
+             (big, same, {"pow2": True, "block_shape": (1, 128)}),
+             (w, lambda t: t[0], {"num_warps": 4, "slice_rows": 64}),
+             (w, lambda t: t[0], {"block_shape": (1, 128), "rows_per_program": 8, "num_warps": 2})]
     bad = []
-    for x, kw in cases:
+    for x, view, kw in cases:
         ref_kw = {k: v for k, v in kw.items() if k not in ("num_warps", "slice_rows", "rows_per_program")}
-        want = quantize_blockwise(x, **ref_kw)
-        got = [t.cpu() for t in quantize_blockwise_triton(x.cuda(), **kw)]
+        want = quantize_blockwise(view(x), **ref_kw)
+        got = [t.cpu() for t in launch(view(x.cuda()), **kw)]
         if not (_bits_equal(got[0], want[0]) and _bits_equal(got[1], want[1])):
-            bad.append((tuple(x.shape), kw, _ndiff(got[0], want[0]), _ndiff(got[1], want[1])))
+            bad.append((tuple(view(x).shape), kw, _ndiff(got[0], want[0]), _ndiff(got[1], want[1])))
     assert not bad, bad
 
 
 def _digest_cases():
+    """name -> (base tensor, view taken on each device: misaligned views must be made on the GPU itself)."""
     g = torch.Generator().manual_seed(9)
     r = lambda *s: torch.randn(*s, generator=g)                      # noqa: E731
+    same = lambda t: t                                                # noqa: E731
     u8 = torch.randint(0, 256, (1 << 20,), generator=g, dtype=torch.uint8)
     return {
-        "f32": r(1000, 999), "bf16": r(4096, 4097).bfloat16(), "f16": r(77).half(),
-        "e4m3": r(513, 129).to(torch.float8_e4m3fn), "u8_odd": u8[:12345], "u8_misaligned": u8[3:500003],
-        "bf16_misaligned": r(9999).bfloat16()[1:], "i64": torch.arange(100003), "bool": u8[:1001] > 128,
-        "scalar": torch.tensor(3.5), "empty": torch.zeros(0, 4), "transposed": r(300, 200).t(),
-        "big": r(64 << 18),                                          # 64 MiB: 4096 programs
+        "f32": (r(1000, 999), same), "bf16": (r(4096, 4097).bfloat16(), same), "f16": (r(77).half(), same),
+        "e4m3": (r(513, 129).to(torch.float8_e4m3fn), same), "u8_odd": (u8, lambda t: t[:12345]),
+        "u8_misaligned": (u8, lambda t: t[3:500003]), "bf16_misaligned": (r(9999).bfloat16(), lambda t: t[1:]),
+        "i64": (torch.arange(100003), same), "bool": (u8, lambda t: t[:1001] > 128),
+        "scalar": (torch.tensor(3.5), same),
+        "empty": (torch.zeros(0, 4), same), "transposed": (r(300, 200), lambda t: t.t()),
+        "big": (r(64 << 18), same),                                  # 64 MiB: 4096 programs
     }
 
 
 def test_triton_digest_equals_cpu_digest():
-    cpu = _digest_cases()
-    want = state_digests(cpu)
-    got = state_digests({n: t.cuda() for n, t in cpu.items()})
-    bad = [n for n in cpu if got[n] != want[n]]
-    record("triton_digest_vs_cpu", cases=len(cpu), mismatching=bad)
+    cases = _digest_cases()
+    want = state_digests({n: view(x) for n, (x, view) in cases.items()})
+    got = state_digests({n: view(x.cuda()) for n, (x, view) in cases.items()})
+    bad = [n for n in cases if got[n] != want[n]]
+    record("triton_digest_vs_cpu", cases=len(cases), mismatching=bad)
     assert not bad, bad
 
 
