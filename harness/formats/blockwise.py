@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .constants import E4M3, E4M3_NAN_BYTE, FP8_MAX, WEIGHT_BLOCK
-from .scaling import block_amax, reciprocal, scale_from_amax
+from .scaling import block_amax, eager_only, reciprocal, scale_from_amax
 
 # fp32 elements per work tile.  CPU: 4 MiB (smaller tiles pay more per-op overhead than they gain in cache
 # hits); other devices: effectively the whole tensor (launch count matters there, memory does not).
@@ -97,12 +97,12 @@ def _quantize_2d(x, q, s, block_shape, fp8_dtype, pow2, eps):
                   rb, cb, fp8_dtype, pow2, eps, buf)
 
 
-@torch.compiler.disable
+@eager_only
 def quantize_blockwise(x: torch.Tensor, block_shape=WEIGHT_BLOCK, *, pow2: bool = False,
                        amax_epsilon: float = 0.0, fp8_dtype: torch.dtype = E4M3):
     """Mirror of TE's blockwise quantizer. Returns (codes [N, K] fp8, scale_inv [gn, gk] fp32).
 
-    Leading dims (experts) are quantized independently per 2D slice.  Never compiled (`torch.compiler.disable`):
+    Leading dims (experts) are quantized independently per 2D slice.  Never compiled (`eager_only`):
     inductor rewrites `448 / amax` into a reciprocal-multiply, one ulp off TE.
     """
     if x.dim() < 2:

@@ -4,9 +4,11 @@
 Every step is an IEEE fp32 operation with one rounding; the PyTorch spelling matters:
 `448.0 / amax` with a tensor amax runs `amax.reciprocal() * 448` (two roundings) and misses TE by an ulp,
 so the division is written `torch.full_like(amax, 448.0) / amax`.  Inductor undoes that spelling (it turns the
-division into a reciprocal-multiply), so `scale_from_amax` is marked `torch.compiler.disable`: a compiled caller
+division into a reciprocal-multiply), so `scale_from_amax` is marked `eager_only`: a compiled caller
 graph-breaks around it and the eager ops run.
 """
+import functools
+
 import torch
 
 from .constants import INPUT_DTYPE_MAX
@@ -21,7 +23,23 @@ def block_amax(xb: torch.Tensor, dims) -> torch.Tensor:
     return a.amax(dim=dims)
 
 
-@torch.compiler.disable
+def eager_only(fn):
+    """The TE-exact reference never runs compiled: inductor rewrites `448 / amax` into a reciprocal-multiply, one
+    ulp off Transformer Engine. `torch.compiler.disable`, applied at the first call rather than at import: the
+    decorator imports torch._dynamo (about 2 s), which processes that never quantize (pre-flight, the CLI's
+    help) should not pay for."""
+    disabled = []
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        if not disabled:
+            disabled.append(torch.compiler.disable(fn))
+        return disabled[0](*args, **kwargs)
+    guarded._fp8check_eager_only = True
+    return guarded
+
+
+@eager_only
 def scale_from_amax(amax: torch.Tensor, fp8_max: float, *, pow2: bool = False, amax_epsilon: float = 0.0,
                     input_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """TE's `compute_scale_from_amax`: returns the quantization scale (x * scale -> fp8), fp32."""
