@@ -12,13 +12,12 @@ fp8check's own keys (exclude, packing, amax_epsilon, model) go under `fp8check.`
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from dataclasses import dataclass, field, replace
 
 from .config import ConfigError, PackingConfig, RolloutConfig, SyncConfig, TrainerConfig
 from .formats import arch_major, get_recipe, recipe_for_arch
-from .models import MODELS, ModelError, get_model, register_model, spec_from_hf_config
+from .models import MODELS, SHIPPED, ModelError, get_model
 
 ENV_VARS = ("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "NVTE_FP8_BLOCK_AMAX_EPSILON", "VLLM_USE_DEEP_GEMM",
             "VLLM_USE_DEEP_GEMM_E8M0", "VLLM_MOE_USE_DEEP_GEMM")
@@ -186,7 +185,8 @@ def _stack(flat: dict) -> str:
 
 
 def _model(flat: dict, source: str, job: Job) -> str:
-    """The model the job trains: a tiny model name, or a local checkpoint with a config.json (registered)."""
+    """The model the job trains: a model name (harness.models.get_model: built-in, shipped, NAME@<N>L), a hub id
+    of a shipped config, or a local checkpoint / config.json (registered); anything else is unknown here."""
     key = next((k for k in ("fp8check.model", "trainer.policy.model.path", "actor_rollout_ref.model.path",
                             "policy.model_name") if k in flat), None)
     job.model_key = key
@@ -194,21 +194,14 @@ def _model(flat: dict, source: str, job: Job) -> str:
     job.model_written = name
     if not isinstance(name, str):
         raise ConfigError(f"{source}: {key} must be a string, got {name!r}")
-    if name in MODELS:
-        return name
-    cfg_path = os.path.join(name, "config.json") if os.path.isdir(name) else name
-    if os.path.isfile(cfg_path) and cfg_path.endswith(".json"):
+    hub = name.rsplit("/", 1)[-1].lower()
+    if not os.path.exists(name) and name not in MODELS and hub in SHIPPED:
+        name = hub                           # a hub id of a shipped config (Qwen/Qwen3-8B): its public shapes
+    if name in MODELS or name in SHIPPED or "@" in name or os.path.exists(name):
         try:
-            with open(cfg_path, "rb") as f:
-                hf = json.loads(f.read().decode("utf-8"))
-        except (ValueError, UnicodeDecodeError, OSError) as e:
-            raise ConfigError(f"{cfg_path}: not a readable JSON model config ({e.__class__.__name__}); point "
-                              f"{key} at a checkpoint directory with a valid config.json") from None
-        try:
-            register_model(spec_from_hf_config(hf, name))
+            return get_model(name).name      # a model name, a shipped config, a cut, a config.json / checkpoint
         except ModelError as e:
-            raise ConfigError(f"{cfg_path}: cannot read the model's dims ({e})") from None
-        return name
+            raise ConfigError(f"{key or 'model'}: {e}") from None
     job.model_known = False
     return "tiny-dense"
 

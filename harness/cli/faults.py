@@ -8,7 +8,7 @@ import time
 from rich.table import Table
 
 from ..formats import RECIPES
-from ..models import MODELS
+from ..models import ModelError, get_model, with_layers
 from .report import console, junit_xml
 
 VERDICT_STYLE = {"caught": "green", "pass": "green", "n/a": "dim", "missed": "bold red", "false-alarm": "bold red",
@@ -19,9 +19,15 @@ def run(args) -> int:
     import faults as fault_pkg
     from faults.matrix import run_matrix, summary
     from .. import cli
-    for m in args.model or []:
-        if m not in MODELS:
-            raise cli.UsageError(f"--model {m}: unknown model; choose from {', '.join(MODELS)}")
+    models = None
+    if args.model or args.layers is not None:
+        from faults.matrix import TINY_MODELS
+        try:
+            models = [with_layers(m, args.layers) for m in (args.model or TINY_MODELS)]
+        except ModelError as e:
+            raise cli.UsageError(f"--model: {e}") from None
+        for m in models:
+            get_model(m).require_modelled()
     for r in args.recipe or []:
         if r not in RECIPES:
             raise cli.UsageError(f"--recipe {r}: unknown recipe; choose from {', '.join(RECIPES)}")
@@ -39,7 +45,7 @@ def run(args) -> int:
         return 0
     workers = args.workers or min(len(os.sched_getaffinity(0)), 8)
     t0 = time.perf_counter()
-    cells = run_matrix(args.model, args.recipe, args.fault, workers=workers)
+    cells = run_matrix(models, args.recipe, args.fault, workers=workers)
     wall = time.perf_counter() - t0
     s = summary(cells)
     s["seconds"] = round(wall, 1)
@@ -74,7 +80,9 @@ def run(args) -> int:
 
 def register(sub):
     p = sub.add_parser("faults", help="run the CPU fault-injection matrix")
-    p.add_argument("--model", action="append", help="tiny model (repeatable; default all)")
+    from . import LAYERS_HELP, MODEL_HELP
+    p.add_argument("--model", action="append", help=MODEL_HELP + " (repeatable; default the tiny models)")
+    p.add_argument("--layers", type=int, metavar="N", help=LAYERS_HELP)
     p.add_argument("--recipe", action="append", help="recipe (repeatable; default all)")
     p.add_argument("--fault", action="append", help="only this fault (repeatable; default all)")
     p.add_argument("--workers", type=int, help="processes (default: CPU count, at most 8)")

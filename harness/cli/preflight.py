@@ -82,12 +82,18 @@ def run(args) -> int:
     data = load_yaml(args.config)
     for k, v in parse_sets(args.set).items():
         data[k] = v
+    if args.model is not None:
+        data["fp8check.model"] = args.model        # the job reader's own key for the model (first in precedence)
     env = dict(os.environ)
     for k, v in parse_sets(args.env, "--env").items():
         env[k] = "" if v is None else str(int(v) if isinstance(v, bool) else v)
     if args.gpu not in ("auto", "sm90", "sm100", "sm120"):
         raise UsageError(f"--gpu {args.gpu}: expected sm90, sm100, sm120 or auto")
     job = parse_job(data, env, args.gpu, source=args.config)
+    if args.layers is not None:
+        from dataclasses import replace
+        from ..models import with_layers
+        job.config = replace(job.config, model=with_layers(job.config.model, args.layers))
     lines = rule_lines(job)
     if args.probe:
         lines += probe_lines(job)
@@ -124,6 +130,9 @@ def register(sub):
     p.add_argument("--env", action="append", metavar="KEY=VALUE", help="override an environment variable")
     p.add_argument("--gpu", default="auto", help="sm90 | sm100 | sm120 | auto (detect; Hopper when no GPU)")
     p.add_argument("--probe", action="store_true", help="one live sync round trip on a tiny model (GPU)")
+    from . import LAYERS_HELP, MODEL_HELP
+    p.add_argument("--model", metavar="MODEL", help=MODEL_HELP + " (instead of the job's model)")
+    p.add_argument("--layers", type=int, metavar="N", help=LAYERS_HELP)
     p.add_argument("-v", "--verbose", action="store_true", help="also list the rules that hold")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=run)
