@@ -7,7 +7,7 @@
   represented by their expected values (bit-identical by the digest). This is what live checks use.
 
 Both return the same thing (a rank-named tensor mapping for the rollout snapshot, and how many parameters were
-fetched), and both give the idempotence probe a fingerprint of the engine state.
+fetched), and both say which parameters a second install of the same payload changed (the idempotence probe).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..digest import state_digest
-from ..formats.bytes import bits_equal
+from ..bitview import bits_equal
 from ..layouts import LayoutError, is_scale_name, rank_name, scale_name
 from ..numerics import apply_post_load
 
@@ -38,6 +38,9 @@ def expected_engine_state(config, trainer_hf: dict, post_load) -> dict[str, torc
             else:
                 out[key] = t.to(torch.bfloat16)
     return out
+
+
+READ_BATCH_BYTES = 256 << 20     # kernel tensors read back per call when comparing after a re-sync
 
 
 @dataclass
@@ -62,6 +65,23 @@ class FullRead:
     def same(a, b) -> bool:
         return b is not None and bits_equal(a, b)
 
+    def before_resync(self, rollout, got: Captured) -> dict:
+        return got.tensors
+
+    def changed(self, rollout, before: dict) -> list[str]:
+        """Parameters whose bytes differ from `before`, read back a few at a time (at real shapes a second full
+        copy of the engine state would double the host memory)."""
+        out, batch, size = [], [], 0
+        names = list(before)
+        for i, n in enumerate(names):
+            batch.append(n)
+            size += before[n].numel() * before[n].element_size()
+            if size >= READ_BATCH_BYTES or i == len(names) - 1:
+                after = rollout.kernel_tensors(batch)
+                out += [k for k in batch if not self.same(before[k], after.get(k))]
+                batch, size = [], 0
+        return sorted(out)
+
 
 class DigestFirst:
     name = "digest-first"
@@ -84,6 +104,13 @@ class DigestFirst:
     @staticmethod
     def same(a, b) -> bool:
         return a == b
+
+    def before_resync(self, rollout, got: Captured) -> dict:
+        return self.fingerprint(rollout)
+
+    def changed(self, rollout, before: dict) -> list[str]:
+        after = self.fingerprint(rollout)
+        return sorted(n for n, v in before.items() if not self.same(v, after.get(n)))
 
 
 CAPTURES = {"full-read": FullRead, "digest-first": DigestFirst}

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .payload import Payload, PayloadError, TensorRecord, digest_matches, parse_dtype, tensor_bytes
+from .payload import Payload, PayloadError, TensorRecord, byte_view, digest_matches, parse_dtype
 
 MAGIC = b"FP8B"
+ALIGN = 16          # the data section starts at a multiple of this, so tensors can be views of the bucket
 
 
 @dataclass
@@ -42,7 +43,8 @@ class ReceiveReport:
                 "decode_errors": self.decode_errors, "digest_mismatch": self.digest_mismatch, "dropped": self.dropped}
 
 
-def pack(payload: Payload, bucket_bytes: int) -> list[bytes]:
+def pack(payload: Payload, bucket_bytes: int) -> list[bytearray]:
+    """The payload as buckets, each written once into its own buffer (no intermediate copies of the tensors)."""
     groups: list[list[TensorRecord]] = [[]]
     size = 0
     for r in payload.records:
@@ -54,18 +56,28 @@ def pack(payload: Payload, bucket_bytes: int) -> list[bytes]:
         size += n
     out = []
     for seq, recs in enumerate(groups):
-        data, meta, off = [], [], 0
+        views, meta, off = [], [], 0
         for r in recs:
-            b = tensor_bytes(payload.tensors[r.name])
-            meta.append({**r.to_json(), "offset": off, "nbytes": len(b)})
-            data.append(b)
-            off += len(b)
+            v = byte_view(payload.tensors[r.name])
+            meta.append({**r.to_json(), "offset": off, "nbytes": int(v.size)})
+            views.append(v)
+            off += int(v.size)
         header = json.dumps({"seq": seq, "total": len(groups), "version": payload.version, "records": meta}).encode()
-        out.append(MAGIC + struct.pack("<I", len(header)) + header + b"".join(data))
+        header += b" " * (-(8 + len(header)) % ALIGN)       # JSON whitespace: the data starts aligned
+        start = 8 + len(header)
+        buf = bytearray(start + off)
+        buf[:8] = MAGIC + struct.pack("<I", len(header))
+        buf[8:start] = header
+        mv = memoryview(buf)
+        for m, v in zip(meta, views):
+            if m["nbytes"]:
+                mv[start + m["offset"]:start + m["offset"] + m["nbytes"]] = v
+        out.append(buf)
     return out
 
 
 def unpack(buckets: list[bytes], verify_digests: bool = True) -> tuple[Payload, ReceiveReport]:
+    """Decode buckets; received tensors are views of their bucket's buffer (a read-only bucket is copied once)."""
     rep = ReceiveReport()
     records: list[TensorRecord] = []
     tensors: dict[str, torch.Tensor] = {}
@@ -77,14 +89,17 @@ def unpack(buckets: list[bytes], verify_digests: bool = True) -> tuple[Payload, 
             continue
         (hlen,) = struct.unpack("<I", b[4:8])
         try:
-            header = json.loads(b[8:8 + hlen])
+            header = json.loads(bytes(b[8:8 + hlen]))
         except (ValueError, UnicodeDecodeError) as e:
             rep.decode_errors.append(f"bucket {i}: header unreadable ({e.__class__.__name__})")
             continue
         rep.sequence.append(int(header["seq"]))
         rep.expected_buckets = int(header["total"])
         version = int(header["version"])
-        data = b[8 + hlen:]
+        if not isinstance(b, bytearray):
+            b = bytearray(b)                  # tensors need a writable buffer to view
+        start = 8 + hlen
+        size = len(b) - start
         for m in header["records"]:
             try:
                 rec = TensorRecord.from_json(m)
@@ -92,13 +107,23 @@ def unpack(buckets: list[bytes], verify_digests: bool = True) -> tuple[Payload, 
                 rep.decode_errors.append(f"bucket {i}: {e}")
                 continue
             records.append(rec)
-            raw = data[m["offset"]:m["offset"] + m["nbytes"]]
-            if len(raw) != m["nbytes"]:
-                rep.decode_errors.append(f"bucket {i}: {rec.name} truncated ({len(raw)} of {m['nbytes']} bytes)")
+            off, n = m.get("offset"), m.get("nbytes")
+            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (off, n)):
+                rep.decode_errors.append(f"bucket {i}: {rec.name} has no valid offset / nbytes in the header")
                 rep.dropped.append(rec.name)
                 continue
-            t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(parse_dtype(rec.dtype)).reshape(rec.shape) \
-                if raw else torch.empty(rec.shape, dtype=parse_dtype(rec.dtype))
+            got = max(0, min(n, size - off))
+            if got != n:
+                rep.decode_errors.append(f"bucket {i}: {rec.name} truncated ({got} of {n} bytes)")
+                rep.dropped.append(rec.name)
+                continue
+            dt = parse_dtype(rec.dtype)
+            if not n:
+                t = torch.empty(rec.shape, dtype=dt)
+            elif (start + off) % torch.empty((), dtype=dt).element_size():      # unaligned: a copy of its own
+                t = torch.frombuffer(bytearray(b[start + off:start + off + n]), dtype=torch.uint8).view(dt).reshape(rec.shape)
+            else:
+                t = torch.frombuffer(b, dtype=torch.uint8, count=n, offset=start + off).view(dt).reshape(rec.shape)
             if not digest_matches(t, rec.digest):
                 rep.digest_mismatch.append(rec.name)
                 if verify_digests:

@@ -22,31 +22,47 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from contextlib import contextmanager
-from functools import lru_cache
-
 import torch
 
 from ...config import SyncConfig, matches_any
 from ...digest import state_digest
 from ...formats.bytes import poison_
+from ...memo import Memo, nbytes
 from ...layouts import (Piece, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
                         weight_of_scale)
 from ...models import LINEAR
 from ...numerics import TRANSFORMS
-from ...numerics.forward import Weights, act_quant, token_logprobs
+from ...numerics.forward import Weights, act_quant, prompts_logprobs
 from ...record import EngineRecord, Generation, UpdateRecord
 from ..protocol import EngineError
 from ..versions import served_versions, versions_meta
 from ..vllm_numerics import declared_act_quant, declared_post_load, vllm_online_quant
 
-_INIT_CACHE: dict = {}
+# The engine's start-up state is deterministic in its settings: the fault matrix builds hundreds of engines, so it
+# is memoized (copied in, never shared), within a byte budget; a real-shape state larger than it is rebuilt.
+INIT_MEMO_BYTES = 1 << 30
+_INIT_CACHE = Memo(INIT_MEMO_BYTES)
+_DUMMY = Memo(INIT_MEMO_BYTES)
 
 
-@lru_cache(maxsize=512)
-def _dummy(shape: tuple, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)            # reseeded per tensor: depends on shape and dtype only
-    dt = torch.float16 if torch.finfo(dtype).bits < 16 else dtype
-    return torch.empty(shape, dtype=dt).uniform_(-1e-3, 1e-3, generator=g).to(dtype)
+DUMMY_DRAW = 1 << 22        # dummy values drawn per tensor; a larger tensor repeats them (the values are arbitrary
+#                            small numbers: what matters is that they are not the trainer's)
+
+
+def _dummy(numel: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """vLLM `initialize_dummy_weights` for one tensor, flat: reseeded, U(-1e-3, 1e-3), FP8 drawn in fp16."""
+    def make():
+        g = torch.Generator().manual_seed(seed)            # reseeded per tensor: depends on size and dtype only
+        dt = torch.float16 if torch.finfo(dtype).bits < 16 else dtype
+        return torch.empty(min(numel, DUMMY_DRAW), dtype=dt).uniform_(-1e-3, 1e-3, generator=g).to(dtype)
+    return _DUMMY.get((min(numel, DUMMY_DRAW), dtype, seed), make)
+
+
+def _fill_dummy(t: torch.Tensor, seed: int):
+    flat, base = t.view(-1), _dummy(t.numel(), t.dtype, seed)
+    for a in range(0, flat.numel(), base.numel()):
+        n = min(base.numel(), flat.numel() - a)
+        flat[a:a + n].copy_(base[:n])
 
 
 class ReferenceRollout:
@@ -57,6 +73,7 @@ class ReferenceRollout:
     def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234, shard_rank=None):
         """`ignored_layers`: the engine's own exclusion list (default: the config's). `shard_rank(name, rank)`:
         which rank's shard a checkpoint tensor is narrowed to on `rank` (default: its own; a fault breaks it)."""
+        config.spec.require_modelled()
         self.config = config
         self.layout = config.layout
         self.recipe = config.recipe
@@ -129,21 +146,21 @@ class ReferenceRollout:
         return out
 
     def _init_state(self, seed: int):
-        """Dummy load + first post-processing. Deterministic in the engine's settings, so memoized (the fault
-        matrix builds hundreds of engines); the tensors are copied in, never shared."""
+        """Dummy load + first post-processing (memoized: deterministic in the engine's settings; the tensors are
+        copied in, never shared)."""
         key = (self.config.model, self.recipe, self.tp, self.fp8_modules, self.online_quant,
                tuple(self.post_load.params), seed)
-        init = _INIT_CACHE.get(key)
-        if init is None:
-            self._init_dummy(seed)
-            self._post_process_all()
-            init = _INIT_CACHE[key] = [{n: t.clone() for n, t in p.items()} for p in self.params]
-            if len(_INIT_CACHE) > 32:
-                _INIT_CACHE.pop(next(iter(_INIT_CACHE)))
-        else:
+
+        init = _INIT_CACHE.lookup(key)
+        if init is not None:
             for params, src in zip(self.params, init):
                 for n, t in params.items():
                     t.copy_(src[n])
+            return
+        self._init_dummy(seed)
+        self._post_process_all()
+        if _INIT_CACHE.fits(nbytes(self.params)):
+            _INIT_CACHE.put(key, [{n: t.clone() for n, t in p.items()} for p in self.params])
 
     def _init_dummy(self, seed: int):
         """vLLM `initialize_dummy_weights`: per tensor, reseeded U(-1e-3, 1e-3); FP8 via fp16; e8m0 left as is."""
@@ -152,7 +169,7 @@ class ReferenceRollout:
                 if t.dtype == torch.float8_e8m0fnu:
                     t.view(torch.uint8).fill_(127)
                     continue
-                t.copy_(_dummy(tuple(t.shape), t.dtype, seed))
+                _fill_dummy(t, seed)
 
     def _ptrs(self) -> dict[str, int]:
         return {rank_name(n, r, self.tp): t.data_ptr() for r, ps in enumerate(self.params) for n, t in ps.items()}
@@ -180,6 +197,8 @@ class ReferenceRollout:
     def _post_process_all(self):
         for r, params in enumerate(self.params):
             for mod, names in self._modules(r).items():
+                if mod not in self.fp8_modules:
+                    continue                 # post-load of a high-precision module leaves it as it is
                 staged = {n: params[n].clone() for n in names}
                 self._post_process(r, mod, staged, None)
                 for n in names:
@@ -345,7 +364,8 @@ class ReferenceRollout:
             for n, t in params.items():
                 if is_scale_name(n):
                     continue
-                d[n] = self.recipe.dequantize_weight(t, params[scale_name(n)]) if self.is_fp8_param(n) else t.float()
+                # high precision stays as held (the forward casts at use)
+                d[n] = self.recipe.dequantize_weight(t, params[scale_name(n)]) if self.is_fp8_param(n) else t
             deq.append(d)
         hf = self.layout.vllm_to_hf(self.layout.ranks_to_params(deq), with_scales=False)
         fp8 = frozenset(p.src for p in self.layout.vllm[0] if self.param_module(p.dst) in self.fp8_modules)
@@ -354,7 +374,7 @@ class ReferenceRollout:
     def _serve_generation(self, prompts):
         self.generations.append(Generation(self._updating, served_versions(self.versions)))
         W = self.hf_weights()
-        return [token_logprobs(self.config.spec, W, p) for p in prompts]
+        return prompts_logprobs(self.config.spec, W, prompts)
 
     def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
         """Teacher-forced log-probs of the prompts' tokens, as the sampler scores them."""
