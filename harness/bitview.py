@@ -49,6 +49,8 @@ def first_difference(ne_chunks) -> tuple[int | None, int]:
     """(flat index of the first True, number of Trues) over an iterable of (offset, bool mask) chunks."""
     first, count = None, 0
     for off, m in ne_chunks:
+        if not bool(m.any()):                 # the common case: nothing differs, no count to take
+            continue
         c = int(m.sum())
         if c and first is None:
             first = off + int(m.view(torch.uint8).argmax())

@@ -43,7 +43,9 @@ def run(args) -> int:
                       f.description)
         console().print(t)
         return 0
-    workers = args.workers or min(len(os.sched_getaffinity(0)), 8)
+    from faults.matrix import memory_workers
+    fit = memory_workers(models)
+    workers = args.workers or min(len(os.sched_getaffinity(0)), 8, fit or 8)
     t0 = time.perf_counter()
     cells = run_matrix(models, args.recipe, args.fault, workers=workers)
     wall = time.perf_counter() - t0
@@ -85,7 +87,8 @@ def register(sub):
     p.add_argument("--layers", type=int, metavar="N", help=LAYERS_HELP)
     p.add_argument("--recipe", action="append", help="recipe (repeatable; default all)")
     p.add_argument("--fault", action="append", help="only this fault (repeatable; default all)")
-    p.add_argument("--workers", type=int, help="processes (default: CPU count, at most 8)")
+    p.add_argument("--workers", type=int, help="processes (default: CPU count, at most 8, and as many cells as fit "
+                   "in the available memory: a 1-layer Qwen3-8B cell needs about 14 GB)")
     p.add_argument("--all", action="store_true", help="also list cells where a fault does not apply")
     p.add_argument("--list", action="store_true", help="list the faults and exit")
     p.add_argument("--json", action="store_true")

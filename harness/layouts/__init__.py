@@ -9,7 +9,7 @@ import torch
 from ..lazy import LazyMap
 from ..models import ModelSpec
 from .megatron import megatron_pieces
-from .pieces import LayoutError, Piece, assemble, disassemble, dst_view, src_view
+from .pieces import LayoutError, Piece, assemble, covers_whole, disassemble, dst_view, src_view
 from .vllm import FUSIONS, ROW_PARALLEL, engine_module, split_layer, vllm_module, vllm_pieces
 
 SCALE_SUFFIX = "_scale_inv"
@@ -148,6 +148,7 @@ class LayoutMap:
                                 for p in rank] for rank in self.vllm]}
 
 
-__all__ = ["FUSIONS", "ROW_PARALLEL", "engine_module", "LayoutError", "LayoutMap", "Piece", "assemble", "disassemble",
+__all__ = ["FUSIONS", "ROW_PARALLEL", "engine_module", "LayoutError", "LayoutMap", "Piece", "assemble", "covers_whole",
+           "disassemble",
            "dst_view", "is_scale_name", "rank_name", "scale_name", "split_layer", "split_rank_name", "src_view", "vllm_module",
            "weight_of_scale"]

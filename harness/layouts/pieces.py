@@ -62,6 +62,11 @@ def _covers(p: Piece, shape: tuple) -> bool:
             and p.src_col == 0 and p.cols is None)
 
 
+def covers_whole(p: Piece, dst_shape: tuple) -> bool:
+    """The piece writes every element of a destination of `dst_shape` (no slot, every row and column)."""
+    return p.dst_index is None and p.dst_row == 0 and len(dst_shape) >= 1 and p.rows == dst_shape[0] and p.cols is None
+
+
 def _sole(pieces, key) -> dict:
     """name -> its piece, for names only one piece touches."""
     count: dict = {}

@@ -71,13 +71,15 @@ class FullRead:
     def changed(self, rollout, before: dict) -> list[str]:
         """Parameters whose bytes differ from `before`, read back a few at a time (at real shapes a second full
         copy of the engine state would double the host memory)."""
+        # an in-process engine may lend views (compared here at once); others copy to the host
+        read = rollout.kernel_views if callable(getattr(type(rollout), "kernel_views", None)) else rollout.kernel_tensors
         out, batch, size = [], [], 0
         names = list(before)
         for i, n in enumerate(names):
             batch.append(n)
             size += before[n].numel() * before[n].element_size()
             if size >= READ_BATCH_BYTES or i == len(names) - 1:
-                after = rollout.kernel_tensors(batch)
+                after = read(batch)
                 out += [k for k in batch if not self.same(before[k], after.get(k))]
                 batch, size = [], 0
         return sorted(out)

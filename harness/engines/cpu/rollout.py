@@ -27,9 +27,9 @@ import torch
 from ...config import SyncConfig, matches_any
 from ...digest import state_digest
 from ...formats.bytes import poison_
-from ...memo import Memo, nbytes
-from ...layouts import (Piece, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
+from ...layouts import (Piece, covers_whole, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
                         weight_of_scale)
+from ...memo import Memo, nbytes
 from ...models import LINEAR
 from ...numerics import TRANSFORMS
 from ...numerics.forward import Weights, act_quant, prompts_logprobs
@@ -225,10 +225,13 @@ class ReferenceRollout:
             raise EngineError(rec.errors[-1])
         return pieces
 
-    def _checkpoint_buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        """A fresh checkpoint-format buffer (uninitialised: poison bytes). Online quant loads BF16 weights."""
+    def _checkpoint_buffer(self, name: str, like: torch.Tensor, whole: bool = False) -> torch.Tensor:
+        """A fresh checkpoint-format buffer (uninitialised: poison bytes). Online quant loads BF16 weights.
+        `whole`: the load that creates it writes every byte before anything can read it (the module's only
+        parameter, one piece covering it), so the poison fill is skipped (a 1.2 GB embedding per install)."""
         dtype = torch.bfloat16 if (self.online_quant and self.is_fp8_param(name)) else like.dtype
-        return poison_(torch.empty(like.shape, dtype=dtype))
+        buf = torch.empty(like.shape, dtype=dtype)
+        return buf if whole else poison_(buf)
 
     @contextmanager
     def _with_knobs(self, knobs: dict | None):
@@ -307,9 +310,10 @@ class ReferenceRollout:
                         rec.dropped_loads.append(rank_name(name, r, self.tp))
                         continue
                     buf = staged[r][mod]
+                    whole = len(modules[r][mod]) == 1 and covers_whole(p, tuple(self.params[r][p.dst].shape))
                     for n in modules[r][mod]:
                         if n not in buf:
-                            buf[n] = self._checkpoint_buffer(n, self.params[r][n])
+                            buf[n] = self._checkpoint_buffer(n, self.params[r][n], whole)
                     written[r][mod] += self._copy_piece(p, tensor, buf[p.dst], name, rec)
                     new_versions[r][p.dst].add(ver)
                     if written[r][mod] >= totals[r][mod]:
@@ -385,13 +389,14 @@ class ReferenceRollout:
     # -- snapshot ---------------------------------------------------------------------------------------------------
     def kernel_tensors(self, names=None) -> dict[str, torch.Tensor]:
         """What the kernels read (the captured storage), under vLLM names (tp-prefixed when sharded)."""
-        out = {}
-        for r, ps in enumerate(self._graph):
-            for n, t in ps.items():
-                k = rank_name(n, r, self.tp)
-                if names is None or k in names:
-                    out[k] = t.detach().clone()
-        return out
+        return {k: t.clone() for k, t in self.kernel_views(names).items()}
+
+    def kernel_views(self, names=None) -> dict[str, torch.Tensor]:
+        """`kernel_tensors` without the copy, for a comparison made at once in this process (protocol:
+        optional; at real shapes a second copy of the engine state is gigabytes)."""
+        want = None if names is None else set(names)
+        return {rank_name(n, r, self.tp): t.detach() for r, ps in enumerate(self._graph) for n, t in ps.items()
+                if want is None or rank_name(n, r, self.tp) in want}
 
     def state_digests(self) -> dict[str, str]:
         return {rank_name(n, r, self.tp): state_digest(t) for r, ps in enumerate(self._graph) for n, t in ps.items()}
