@@ -14,7 +14,7 @@ from .report import console, findings_json, findings_table, junit_xml
 
 def write_reference_snapshot(config: SyncConfig, out: str, steps: int = 1) -> str:
     prepare_out_dir(out)                      # before anything is computed
-    result, _, _ = reference_sync(config, steps=steps, checks=False)
+    result = reference_sync(config, steps=steps, checks=False)[0]     # the engines go; their snapshots stay
     snaps = dict(master=result.master, trainer=result.trainer, payload=result.payload, rollout=result.rollout)
     # digests are computed as each tensor is written (the masters are generated once, one at a time)
     write_snapshot_dir(out, snapshot_manifest(config, result.version, digests=False, **snaps), **snaps)
