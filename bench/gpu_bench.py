@@ -46,8 +46,8 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict):
     from dataclasses import replace
     from e2e.live import LiveSession
     from harness.config import recommended_config
-    from harness.models import resolve_model
-    name = resolve_model(model, layers=layers)
+    from harness.models import with_layers
+    name = with_layers(model, layers)
     cfg = recommended_config(name, "blockwise-fp32")
     cfg = replace(cfg, trainer=replace(cfg.trainer, device=True))
     t0 = time.perf_counter()

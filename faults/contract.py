@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.formats import get_recipe
+from harness.layouts.vllm import tp_split_dim
 
 from .base import Fault, register, with_config as cfg, with_rollout as rollout, with_trainer as trainer
 
@@ -27,9 +28,34 @@ register(Fault("pow2_scales_fp32_activations", "contract", "config", ("C9", "P1"
                "power-of-two weight scales with VLLM_USE_DEEP_GEMM_E8M0=0: the engine quantizes activations with "
                "FP32 scales, the trainer with powers of two", rollout(deep_gemm_e8m0=False),
                applies=lambda c: c.recipe.scale_format == "pow2"))
+MAX_TP = 64         # beyond this no job runs one tensor-parallel group
+
+
+def block_breaking_tp(c) -> int:
+    """The smallest power-of-two rollout TP that splits some FP8 projection into shards that are not whole
+    blocks (128 rows, or the recipe's K block for row-parallel inputs): TP 8 on tiny-dense's 512-wide
+    projections, TP 16 on Qwen3-8B's 1024-row k/v projections; LookupError (n/a) when no TP up to MAX_TP does
+    (MXFP8's 1x32 blocks on Qwen3-8B)."""
+    bn, bk = c.recipe.block_shape
+    dims = [(t.shape[tp_split_dim(t.module)], bk if tp_split_dim(t.module) else bn)
+            for t in c.spec.tensors() if t.name in c.fp8_tensors]
+    tp = 2
+    while tp <= MAX_TP:
+        if any(d % tp or (d // tp) % b for d, b in dims):
+            return tp
+        tp *= 2
+    raise LookupError(f"no tensor parallelism up to {MAX_TP} splits an FP8 projection of {c.model} off the "
+                      f"{c.recipe.name} block grid")
+
+
+def _break_blocks(c):
+    return replace(c, rollout=replace(c.rollout, tp_size=block_breaking_tp(c)))
+
+
 register(Fault("tp_breaks_block_divisibility", "alignment", "config", ("A2",),
-               "rollout tensor parallelism 8: 512-wide projections split into 64-wide shards", rollout(tp_size=8),
-               applies=lambda c: c.spec.name != "tiny-hybrid"))
+               "rollout tensor parallelism that splits FP8 projections into shards narrower than a block (the smallest "
+               "such power of two: TP 8 on the tiny models' 512-wide projections, 16 on Qwen3-8B's k/v)",
+               _break_blocks, applies=lambda c: all(t == "full_attention" for t in c.spec.layer_types)))
 register(Fault("packing_rule_mismatch", "alignment", "config", ("A3",),
                "replay pads packed sequences to a multiple of 8 while collation uses the TP/CP/FP8 rule",
                lambda c: replace(c, packing=replace(c.packing, replay_multiple=8))))

@@ -129,5 +129,5 @@ def _tp_swap(c, index=0):
 
 register(Fault("tp_shards_swapped", "layouts", "engine", ("S2", "S4"),
                "with tensor parallelism 2, each rank narrows one row-parallel weight to the other rank's columns",
-               _tp_swap, applies=lambda c: c.spec.name != "tiny-hybrid",
+               _tp_swap, applies=lambda c: all(t == "full_attention" for t in c.spec.layer_types),
                configure=with_rollout(tp_size=2), silent=True))

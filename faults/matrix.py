@@ -18,6 +18,9 @@ from .base import FAULTS, Fault
 
 STATIC_FAMILIES = ("contract", "exclusion", "alignment")
 TINY_MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
+# host memory of one cell (reference sync + catalog) per model parameter, measured on a 1-layer Qwen3-8B shape
+# (9.1 B/param: the trainer's export, the received buckets, the engine and its captured copy, plus temporaries)
+CELL_BYTES_PER_PARAM = 10
 
 
 @dataclass
@@ -96,6 +99,28 @@ def matrix_cells(models=None, recipes=None, faults=None) -> list[tuple]:
     out = [(None, m, r) for m in models for r in recipes]
     out += [(n, m, r) for n in names for m in models for r in recipes]
     return out
+
+
+def available_memory() -> int:
+    """MemAvailable of this machine in bytes (0 when it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def memory_workers(models=None) -> int | None:
+    """How many cells fit in this machine's available memory at once (None: no limit known)."""
+    from harness.models import get_model
+    avail = available_memory()
+    if not avail:
+        return None
+    need = max(get_model(m).num_params() for m in (models or TINY_MODELS)) * CELL_BYTES_PER_PARAM + (1 << 30)
+    return max(1, avail // need)
 
 
 def run_matrix(models=None, recipes=None, faults=None, workers: int = 1, progress=None) -> list[Cell]:

@@ -1,13 +1,23 @@
-"""Embedded tiny models, built in code (no downloads): shapes, names and roles of every tensor.
+"""Models: shapes, names and roles of every tensor, built in code or read from a Hugging Face config.json (no
+downloads, no checkpoint weights: the weights are random, deterministic from the seed).
 
-Names are the HF checkpoint names the trainer exports and vLLM's loaders accept. Every GEMM dim is a
-multiple of 128 (one 128x128 block row per attention head), so fused tensors split on block boundaries.
-Shapes are chosen so that layout faults cannot hide behind shape checks: q, k, v, o are all [512, 512]
-in tiny-dense (a square projection and q/k of equal size), gate and up share a shape everywhere.
+`get_model(name)` resolves, in this order: a registered name (the embedded tiny models, or one registered
+before); `NAME@<N>L` (NAME cut to its first N layers, every per-layer shape unchanged: `with_layers`); a shipped
+config (`harness/model_configs/<name>.json`, the public shapes of real models: `SHIPPED`); a path to a config.json
+or to a checkpoint directory holding one. Each resolved spec is registered under the name asked for.
+
+Names are the HF checkpoint names the trainer exports and vLLM's loaders accept. In the tiny models every GEMM
+dim is a multiple of 128 (one 128x128 block row per attention head), so fused tensors split on block boundaries,
+and shapes are chosen so that layout faults cannot hide behind shape checks: q, k, v, o are all [512, 512] in
+tiny-dense (a square projection and q/k of equal size), gate and up share a shape everywhere.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import os
+import re
+from dataclasses import dataclass, field, replace
+from importlib import resources
 
 import torch
 
@@ -22,6 +32,16 @@ EMBEDDING = "embedding"    # vocab-parallel embedding / lm head: never quantized
 NORM = "norm"
 CONV = "conv"
 PARAM = "param"            # other plain parameters (A_log, dt_bias)
+
+# random masters per tensor kind: (mean, std). GEMMs and embeddings ~ N(0, 0.05) (logits ~ N(0, 1): a realistic
+# temperature), norms ~ 1 + N(0, 0.1), A_log / dt_bias and the GDN conv small
+INIT = {LINEAR: (0.0, 0.05), EMBEDDING: (0.0, 0.05), NORM: (1.0, 0.1), PARAM: (0.0, 0.5), CONV: (0.0, 0.3)}
+
+# how a model's random masters are drawn (harness.engines.cpu.masters):
+SEQUENTIAL = "sequential"  # one generator through every tensor in checkpoint order: the embedded tiny models (their
+#                            recorded GPU results and fault evidence refer to these exact values)
+PER_TENSOR = "per-tensor"  # each tensor from its own seed, generated when read: real shapes, one tensor at a time
+WEIGHT_INITS = (SEQUENTIAL, PER_TENSOR)
 
 
 @dataclass(frozen=True)
@@ -50,6 +70,8 @@ class ModelSpec:
     qk_norm: bool = True
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    max_position_embeddings: int = 1024
+    tie_word_embeddings: bool = False  # lm_head is embed_tokens: the checkpoint (and the sync) has no lm_head.weight
     # MoE
     num_experts: int = 0
     top_k: int = 0
@@ -67,9 +89,16 @@ class ModelSpec:
     # modules the vLLM model class builds without a quant config, whatever ignored_layers says
     engine_high_precision: tuple[str, ...] = ()
     live: bool = True                  # served by vLLM 0.26 on the GPU machine (else CPU reference only)
+    weight_init: str = SEQUENTIAL
+    # config.json features the tensor set does not model, as (key, why): the dims still feed pre-flight's shape
+    # rules, but no sync can run on such a spec (`require_modelled`)
+    unmodelled: tuple[tuple[str, str], ...] = ()
+    source: str = ""                   # the config.json a spec was read from ("" for built-in specs)
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
+        if self.weight_init not in WEIGHT_INITS:
+            raise ModelError(f"model {self.name!r}: weight_init {self.weight_init!r} is not one of {WEIGHT_INITS}")
         if not self.layer_types:
             object.__setattr__(self, "layer_types", ("full_attention",) * self.num_layers)
         if len(self.layer_types) != self.num_layers:
@@ -80,6 +109,22 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    def require_modelled(self) -> None:
+        """Raise ModelError (naming the config file and key) when the spec has features no sync can model."""
+        if self.unmodelled:
+            key, why = self.unmodelled[0]
+            raise ModelError(f"{self.source or self.name}: {key}: {why}; the reference engines cannot sync this "
+                             f"model (pre-flight's shape rules still read its dims)")
+
+    def num_params(self) -> int:
+        n = 0
+        for t in self.tensors():
+            k = 1
+            for d in t.shape:
+                k *= d
+            n += k
+        return n
 
     @property
     def linear_key_dim(self) -> int:
@@ -138,8 +183,9 @@ class ModelSpec:
                 out += [TensorSpec(p + "mlp.gate_proj.weight", (I, H), LINEAR),
                         TensorSpec(p + "mlp.up_proj.weight", (I, H), LINEAR),
                         TensorSpec(p + "mlp.down_proj.weight", (H, I), LINEAR)]
-        out += [TensorSpec("model.norm.weight", (H,), NORM),
-                TensorSpec("lm_head.weight", (self.vocab_size, H), EMBEDDING)]
+        out.append(TensorSpec("model.norm.weight", (H,), NORM))
+        if not self.tie_word_embeddings:
+            out.append(TensorSpec("lm_head.weight", (self.vocab_size, H), EMBEDDING))
         return out
 
     def to_dict(self) -> dict:
@@ -152,25 +198,23 @@ class ModelSpec:
         for k in ("layer_types", "default_exclude", "engine_high_precision"):
             if k in d:
                 d[k] = tuple(d[k])
+        if "unmodelled" in d:
+            d["unmodelled"] = tuple(tuple(x) for x in d["unmodelled"])
         return cls(**d)
 
     def tensor_map(self) -> dict[str, TensorSpec]:
         return {t.name: t for t in self.tensors()}
 
     def init_weights(self, seed: int = 0) -> dict[str, torch.Tensor]:
-        """Random fp32 masters: GEMMs and embeddings ~ N(0, 0.05), norms ~ 1 + N(0, 0.1), A_log / dt_bias small."""
+        """Random fp32 masters, one generator through every tensor (the `sequential` scheme; the per-tensor one
+        is harness.engines.cpu.masters): GEMMs and embeddings ~ N(0, 0.05), norms ~ 1 + N(0, 0.1), A_log / dt_bias
+        small."""
         g = torch.Generator().manual_seed(seed)
         out = {}
         for t in self.tensors():
-            if t.kind == NORM:
-                v = 1.0 + 0.1 * torch.randn(t.shape, generator=g)
-            elif t.kind == PARAM:
-                v = 0.5 * torch.randn(t.shape, generator=g)
-            elif t.kind == CONV:
-                v = 0.3 * torch.randn(t.shape, generator=g)
-            else:
-                v = 0.05 * torch.randn(t.shape, generator=g)    # logits ~ N(0, 1): a realistic temperature
-            out[t.name] = v
+            mean, std = INIT[t.kind]
+            v = std * torch.randn(t.shape, generator=g)
+            out[t.name] = mean + v if mean else v
         return out
 
     def hf_config(self, quantization_config: dict | None = None) -> dict:
@@ -180,7 +224,8 @@ class ModelSpec:
              "num_hidden_layers": self.num_layers, "num_attention_heads": self.num_heads,
              "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
              "intermediate_size": self.intermediate_size, "rms_norm_eps": self.rms_norm_eps,
-             "rope_theta": self.rope_theta, "max_position_embeddings": 1024, "tie_word_embeddings": False,
+             "rope_theta": self.rope_theta, "max_position_embeddings": self.max_position_embeddings,
+             "tie_word_embeddings": self.tie_word_embeddings,
              "hidden_act": "silu", "attention_bias": False, "bos_token_id": 1, "eos_token_id": 2,
              "torch_dtype": "bfloat16", "dtype": "bfloat16"}
         if self.is_moe:
@@ -220,6 +265,7 @@ MODELS: dict[str, ModelSpec] = {
         default_exclude=("linear_attn.in_proj_qkv", "linear_attn.in_proj_z",
                          "linear_attn.in_proj_a", "linear_attn.in_proj_b")),
 }
+BUILTIN = tuple(MODELS)      # the embedded tiny models
 
 
 def register_model(spec: ModelSpec) -> ModelSpec:
@@ -228,63 +274,108 @@ def register_model(spec: ModelSpec) -> ModelSpec:
     return spec
 
 
-def spec_from_hf_config(cfg, name: str) -> ModelSpec:
-    """A ModelSpec with the dims of an HF config.json (Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3-Next-style),
-    for alignment and exclusion rules. Raises ModelError naming the key when a dim is missing or not a positive
-    integer."""
+# -- Hugging Face config.json -> ModelSpec ----------------------------------------------------------------------------
+# architectures whose checkpoint names, fusions and post-load the layouts model and vLLM 0.26 serves as text models
+LIVE_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM")
+MODEL_CONFIGS = "model_configs"       # shipped configs, package data of `harness`
+
+
+def spec_from_hf_config(cfg, name: str, source: str | None = None) -> ModelSpec:
+    """A ModelSpec with the dims of an HF config.json (Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3-Next-style).
+
+    Raises ModelError naming `source` (the file; default `name`) and the key when a value is missing or of the
+    wrong type. Features the tensor set does not model (attention or MLP biases, dense layers inside a MoE model,
+    Qwen2's q/k/v biases) are recorded in `unmodelled`: pre-flight's shape rules still run on the dims, a sync
+    refuses (`ModelSpec.require_modelled`). Real-shape specs draw their masters per tensor (`PER_TENSOR`)."""
+    src = source or name
     if not isinstance(cfg, dict):
-        raise ModelError(f"{name}: config.json must be a mapping of keys, got {type(cfg).__name__}")
+        raise ModelError(f"{src}: config.json must be a mapping of keys, got {type(cfg).__name__}")
     cfg = cfg.get("text_config", cfg)
     if not isinstance(cfg, dict):
-        raise ModelError(f"{name}: config.json text_config must be a mapping")
+        raise ModelError(f"{src}: config.json text_config must be a mapping")
 
     def num(key, default=None, positive=True):
         v = cfg.get(key, default)
         if v is None and default is None:
             if key not in cfg:
-                raise ModelError(f"{name}: config.json has no {key!r}")
-            raise ModelError(f"{name}: config.json {key} is null, expected a positive integer")
+                raise ModelError(f"{src}: config.json has no {key!r}")
+            raise ModelError(f"{src}: config.json {key} is null, expected a positive integer")
         if isinstance(v, bool) or not isinstance(v, int) or (positive and v <= 0) or v < 0:
-            raise ModelError(f"{name}: config.json {key} = {v!r}, expected a {'positive' if positive else 'non-negative'} "
+            raise ModelError(f"{src}: config.json {key} = {v!r}, expected a {'positive' if positive else 'non-negative'} "
                              f"integer")
         return v
 
     def real(key, default):
         v = cfg.get(key, default)
+        if v is None:
+            v = default
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise ModelError(f"{name}: config.json {key} = {v!r}, expected a positive number")
+            raise ModelError(f"{src}: config.json {key} = {v!r}, expected a positive number")
         return float(v)
+
+    def flag(key, default=False):
+        v = cfg.get(key, default)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise ModelError(f"{src}: config.json {key} = {v!r}, expected true or false")
+        return v
+
     H, heads = num("hidden_size"), num("num_attention_heads")
     n_layers = num("num_hidden_layers")
     head_dim = cfg.get("head_dim") or None
     if head_dim is None:
         if H % heads:
-            raise ModelError(f"{name}: config.json hidden_size {H} is not a multiple of num_attention_heads {heads} "
+            raise ModelError(f"{src}: config.json hidden_size {H} is not a multiple of num_attention_heads {heads} "
                              f"and head_dim is not given")
         head_dim = H // heads
     elif isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-        raise ModelError(f"{name}: config.json head_dim = {head_dim!r}, expected a positive integer")
+        raise ModelError(f"{src}: config.json head_dim = {head_dim!r}, expected a positive integer")
+    model_type = cfg.get("model_type", "unknown")
+    if not isinstance(model_type, str):
+        raise ModelError(f"{src}: config.json model_type = {model_type!r}, expected a string")
     kw = dict(vocab_size=num("vocab_size", 32000), hidden_size=H, num_layers=n_layers, num_heads=heads,
               num_kv_heads=num("num_key_value_heads", heads), head_dim=head_dim,
-              intermediate_size=num("intermediate_size", 4 * H),
-              qk_norm=str(cfg.get("model_type", "")).startswith("qwen3"), rms_norm_eps=real("rms_norm_eps", 1e-6),
-              rope_theta=real("rope_theta", 10000.0))
+              intermediate_size=num("intermediate_size", 4 * H), qk_norm=model_type.startswith("qwen3"),
+              rms_norm_eps=real("rms_norm_eps", 1e-6), rope_theta=real("rope_theta", 10000.0),
+              max_position_embeddings=num("max_position_embeddings", 4096),
+              tie_word_embeddings=flag("tie_word_embeddings"))
+    unmodelled: list[tuple[str, str]] = []
+    for key in ("attention_bias", "mlp_bias"):
+        if flag(key):
+            unmodelled.append((key, "bias tensors are not modelled (every linear here is bias-free)"))
+    if model_type == "qwen2" or model_type == "qwen2_moe":
+        unmodelled.append(("model_type", f"{model_type} has q/k/v biases, which are not modelled"))
     excl: list[str] = []
+    hp: list[str] = []
     experts = num("num_experts", 0, positive=False) or num("num_local_experts", 0, positive=False)
     if experts:
         kw.update(num_experts=experts, top_k=num("num_experts_per_tok", 2),
                   moe_intermediate_size=num("moe_intermediate_size", kw["intermediate_size"]),
                   shared_expert_intermediate_size=num("shared_expert_intermediate_size", 0, positive=False))
-        excl += ["mlp.gate"] + (["mlp.shared_expert_gate"] if kw["shared_expert_intermediate_size"] else [])
+        excl += ["mlp.gate"]
+        if kw["shared_expert_intermediate_size"]:
+            excl.append("mlp.shared_expert_gate")
+            hp.append("mlp.shared_expert_gate")     # vLLM builds it without a quant config
+        only = cfg.get("mlp_only_layers") or []
+        if not isinstance(only, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in only):
+            raise ModelError(f"{src}: config.json mlp_only_layers = {only!r}, expected a list of layer indices")
+        if only:
+            unmodelled.append(("mlp_only_layers", f"dense MLP layers {only[:4]} inside a MoE model are not modelled "
+                                                  f"(every layer here is MoE)"))
+        step = num("decoder_sparse_step", 1)
+        if step != 1:
+            unmodelled.append(("decoder_sparse_step", f"{step}: a MoE layer every {step} layers is not modelled "
+                                                      f"(every layer here is MoE)"))
     lt = cfg.get("layer_types")
     if lt:
         if not isinstance(lt, list) or not all(isinstance(x, str) for x in lt):
-            raise ModelError(f"{name}: config.json layer_types must be a list of strings")
+            raise ModelError(f"{src}: config.json layer_types must be a list of strings")
         lt = tuple(lt)
         if "linear_attention" in lt:
             kd, vd = num("linear_key_head_dim", 128), num("linear_value_head_dim", 128)
             if kd != vd:
-                raise ModelError(f"{name}: linear_key_head_dim {kd} != linear_value_head_dim {vd} is not modelled")
+                raise ModelError(f"{src}: linear_key_head_dim {kd} != linear_value_head_dim {vd} is not modelled")
             kw.update(layer_types=lt, linear_num_k_heads=num("linear_num_key_heads", 16),
                       linear_num_v_heads=num("linear_num_value_heads", 32), linear_head_dim=kd,
                       linear_conv_kernel=num("linear_conv_kernel_dim", 4))
@@ -292,13 +383,101 @@ def spec_from_hf_config(cfg, name: str) -> ModelSpec:
         kw["attn_output_gate"] = bool(cfg.get("attn_output_gate", "linear_attention" in lt))
     archs = cfg.get("architectures") or ["unknown"]
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "unknown"
+    rope_scaling = cfg.get("rope_scaling")
+    plain_rope = rope_scaling is None or (isinstance(rope_scaling, dict)
+                                          and rope_scaling.get("rope_type", rope_scaling.get("type")) == "default")
+    # served live only where the layouts mirror vLLM's loader and the reference forward mirrors the model
+    live = arch in LIVE_ARCHITECTURES and not unmodelled and plain_rope and "linear_attention" not in kw.get(
+        "layer_types", ())
     try:
-        return ModelSpec(name, arch, str(cfg.get("model_type", "unknown")), default_exclude=tuple(excl), live=False, **kw)
+        return ModelSpec(name, arch, model_type, default_exclude=tuple(excl), engine_high_precision=tuple(hp),
+                         live=live, weight_init=PER_TENSOR, unmodelled=tuple(unmodelled), source=src, **kw)
     except (TypeError, ValueError) as e:
-        raise ModelError(f"{name}: {e}") from None
+        raise ModelError(f"{src}: {e}") from None
+
+
+def read_hf_config(path: str) -> tuple[dict, str]:
+    """(config.json content, the file it came from) for a config.json path or a checkpoint directory."""
+    cfg_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    if not os.path.isfile(cfg_path):
+        where = f"{path} has no config.json" if os.path.isdir(path) else f"{path}: no such file"
+        raise ModelError(f"{where}; --model takes a built-in model ({', '.join(_builtin_names())}), a shipped "
+                         f"config ({', '.join(SHIPPED)}), or a path to a config.json / checkpoint directory")
+    try:
+        with open(cfg_path, "rb") as f:
+            return json.loads(f.read().decode("utf-8")), cfg_path
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ModelError(f"{cfg_path}: not valid JSON ({str(e).splitlines()[0][:120]})") from None
+    except OSError as e:
+        raise ModelError(f"{cfg_path}: cannot be read ({e.strerror or e.__class__.__name__})") from None
+
+
+def _shipped() -> tuple[str, ...]:
+    root = resources.files("harness") / MODEL_CONFIGS
+    try:
+        return tuple(sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json")))
+    except (FileNotFoundError, NotADirectoryError):
+        return ()
+
+
+SHIPPED: tuple[str, ...] = _shipped()   # shipped config names (the public shapes of real models)
+
+
+def shipped_config(name: str) -> dict:
+    """The shipped config.json of a real model (`SHIPPED`), as a mapping."""
+    if name not in SHIPPED:
+        raise ModelError(f"no shipped config {name!r}; shipped: {', '.join(SHIPPED)}")
+    return json.loads((resources.files("harness") / MODEL_CONFIGS / f"{name}.json").read_text())
+
+
+_CUT = re.compile(r"^(?P<base>.+)@(?P<layers>\d+)L$")
+
+
+def layers_name(name: str, layers: int) -> str:
+    """The registered name of a model cut to its first `layers` layers."""
+    return f"{name}@{layers}L"
+
+
+def cut_layers(spec: ModelSpec, layers: int, name: str | None = None) -> ModelSpec:
+    """`spec` with only its first `layers` layers: every per-layer shape, the vocabulary and the embeddings kept."""
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= spec.num_layers:
+        raise ModelError(f"--layers {layers}: {spec.name} has {spec.num_layers} layer(s); give 1 to {spec.num_layers}")
+    return replace(spec, name=name or layers_name(spec.name, layers), num_layers=layers,
+                   layer_types=tuple(spec.layer_types[:layers]))
+
+
+def with_layers(name: str, layers: int | None) -> str:
+    """The registered name of model `name` cut to `layers` layers (`name@<layers>L`); `name` itself when layers is
+    None or the full depth."""
+    spec = get_model(name)
+    if layers is None or layers == spec.num_layers and "@" not in name:
+        cut_layers(spec, spec.num_layers if layers is None else layers)      # validates the count
+        return name
+    base = _CUT.match(name)
+    root = get_model(base["base"]) if base else spec
+    return get_model(layers_name(root.name, layers)).name
+
+
+def _builtin_names() -> list[str]:
+    return [n for n in MODELS if n in BUILTIN]
 
 
 def get_model(name: str) -> ModelSpec:
-    if name not in MODELS:
-        raise ModelError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}")
-    return MODELS[name]
+    """A registered model, a cut `NAME@<N>L`, a shipped config name, or a path to a config.json / checkpoint
+    directory (resolved once, then registered under `name`). ModelError names the file and key when it fails."""
+    if not isinstance(name, str) or not name:
+        raise ModelError(f"model must be a name or a path, got {name!r}")
+    if name in MODELS:
+        return MODELS[name]
+    cut = _CUT.match(name)
+    if cut:
+        base = get_model(cut["base"])
+        return register_model(cut_layers(base, int(cut["layers"]), name))
+    if name in SHIPPED:
+        return register_model(spec_from_hf_config(shipped_config(name), name, f"harness/{MODEL_CONFIGS}/{name}.json"))
+    if os.sep in name or name.endswith(".json") or os.path.exists(name):
+        cfg, cfg_path = read_hf_config(name)
+        return register_model(spec_from_hf_config(cfg, name, cfg_path))
+    raise ModelError(f"unknown model {name!r}; choose a built-in model ({', '.join(_builtin_names())}), a shipped "
+                     f"config ({', '.join(SHIPPED)}), NAME@<N>L (the first N layers), or a path to a config.json / "
+                     f"checkpoint directory")

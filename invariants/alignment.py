@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.alignment import fp8_gemm_multiple, packed_pad_multiple
 from harness.layouts.megatron import megatron_pieces
-from harness.layouts.vllm import ROW_PARALLEL, split_layer, vllm_module
+from harness.layouts.vllm import tp_split_dim, vllm_module
 from harness.models import LINEAR
 
 from .base import CheckContext, fail, invariant
@@ -32,9 +32,7 @@ def _shards(cfg):
         for t in cfg.spec.tensors():
             if t.name not in cfg.fp8_tensors or t.kind != LINEAR:
                 continue
-            local = split_layer(t.module)[1]
-            row_parallel = local in ROW_PARALLEL or local.endswith("down_proj")
-            dim = 1 if row_parallel else 0
+            dim = tp_split_dim(t.module)
             yield side, tp, t, dim, t.shape[dim]
 
 

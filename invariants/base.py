@@ -45,17 +45,22 @@ class CheckContext:
     cold: Snapshot | None = None         # a fresh engine given the same sync (the cold-vs-warm differential)
 
     def trainer_value(self, name: str):
-        """One trainer tensor as fp32 values (FP8 dequantized), computed on demand and kept; None if absent."""
+        """One trainer tensor as fp32 values (FP8 dequantized), computed on demand; None if absent. Dequantized
+        FP8 weights are kept (several checks read them); high-precision ones are cast again on each call (at
+        real shapes an fp32 copy of the vocabulary embeddings is 2.5 GB)."""
         cache = self.__dict__.setdefault("_trainer_value", {})
-        if name not in cache:
-            cfg, sn = self.config, scale_name(name)
-            t, s = self.trainer.get(name), self.trainer.get(sn)
-            try:
-                cache[name] = None if t is None else (cfg.recipe.dequantize_weight(t, s)
-                                                      if name in cfg.fp8_tensors and s is not None else t.float())
-            except (ValueError, RuntimeError, IndexError, TypeError):
-                cache[name] = None
-        return cache[name]
+        if name in cache:
+            return cache[name]
+        cfg, sn = self.config, scale_name(name)
+        t, s = self.trainer.get(name), self.trainer.get(sn)
+        fp8 = name in cfg.fp8_tensors and s is not None
+        try:
+            v = None if t is None else (cfg.recipe.dequantize_weight(t, s) if fp8 else t.float())
+        except (ValueError, RuntimeError, IndexError, TypeError):
+            v = None
+        if fp8 or v is None:
+            cache[name] = v
+        return v
 
     @property
     def trainer_values(self) -> dict:

@@ -1,16 +1,15 @@
-"""Evidence helpers: where two tensors first differ, in both engines' terms."""
+"""Evidence helpers: where two tensors first differ, in both engines' terms. Computing evidence (the first
+differing element, how many differ) costs a pass over the tensor: checks ask for it only for the findings they
+report (`evidence=False` past the cap), and it is found chunk by chunk (harness.bitview)."""
 from __future__ import annotations
 
 import torch
 
+from harness.bitview import bit_chunks, bits_equal, bytes_equal, first_difference, value_chunks
+from harness.formats.bytes import as_bytes
 from harness.layouts import Piece, rank_name
 
-
-from harness.formats.bytes import as_bytes, bits_equal  # noqa: F401  (re-exported for the checks)
-
-
-def _elem_bytes(t: torch.Tensor) -> torch.Tensor:
-    return as_bytes(t).reshape(t.numel(), t.element_size())
+__all__ = ["bit_diff", "bits_equal", "engine_position", "unravel", "value_diff"]
 
 
 def unravel(flat: int, shape) -> list[int]:
@@ -22,44 +21,46 @@ def unravel(flat: int, shape) -> list[int]:
     return idx[::-1]
 
 
-def bit_diff(a: torch.Tensor, b: torch.Tensor) -> dict | None:
-    """None if a and b are bit-identical, else the first differing element and how many differ."""
+def bit_diff(a: torch.Tensor, b: torch.Tensor, evidence: bool = True) -> dict | None:
+    """None if a and b are bit-identical, else the first differing element and how many differ (with
+    `evidence=False`, only that they differ)."""
     if bits_equal(a, b):                  # the common case, one memcmp-like pass
         return None
     if a.shape != b.shape:
         return {"reason": "shape", "expected_shape": list(a.shape), "actual_shape": list(b.shape)}
     if a.element_size() != b.element_size():
         return {"reason": "dtype", "expected_dtype": str(a.dtype), "actual_dtype": str(b.dtype)}
-    ne = (_elem_bytes(a) != _elem_bytes(b)).any(-1)
-    n = int(ne.sum())
+    if not evidence:
+        if a.dtype != b.dtype and bytes_equal(a, b):
+            return {"reason": "dtype", "expected_dtype": str(a.dtype), "actual_dtype": str(b.dtype)}
+        return {"reason": "bits"}
+    flat, n = first_difference(bit_chunks(a, b))
     if n == 0:
         if a.dtype != b.dtype:
             return {"reason": "dtype", "expected_dtype": str(a.dtype), "actual_dtype": str(b.dtype)}
         return None
-    flat = int(ne.nonzero()[0, 0])
     idx = unravel(flat, a.shape)
     return {"reason": "bits", "index": idx, "expected": _show(a, flat), "actual": _show(b, flat),
             "differing": n, "total": a.numel()}
 
 
-def value_diff(a: torch.Tensor, b: torch.Tensor) -> dict | None:
+def value_diff(a: torch.Tensor, b: torch.Tensor, evidence: bool = True) -> dict | None:
     """Like bit_diff on float values (NaN == NaN, -0 == 0)."""
     if a.shape != b.shape:
         return {"reason": "shape", "expected_shape": list(a.shape), "actual_shape": list(b.shape)}
-    a, b = a.float(), b.float()
-    ne = ~((a == b) | (torch.isnan(a) & torch.isnan(b)))
-    n = int(ne.sum())
+    flat, n = first_difference(value_chunks(a, b))
     if n == 0:
         return None
-    flat = int(ne.reshape(-1).nonzero()[0, 0])
+    if not evidence:
+        return {"reason": "values"}
     idx = unravel(flat, a.shape)
-    return {"reason": "values", "index": idx, "expected": float(a.reshape(-1)[flat]),
-            "actual": float(b.reshape(-1)[flat]), "differing": n, "total": a.numel()}
+    return {"reason": "values", "index": idx, "expected": float(a.reshape(-1)[flat].float()),
+            "actual": float(b.reshape(-1)[flat].float()), "differing": n, "total": a.numel()}
 
 
 def _show(t: torch.Tensor, flat: int):
     v = t.reshape(-1)[flat]
-    raw = _elem_bytes(t)[flat]
+    raw = as_bytes(t).reshape(t.numel(), t.element_size())[flat]
     hexs = "".join(f"{int(x):02x}" for x in reversed(raw.tolist()))
     try:
         f = float(v.float())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from harness.layouts import scale_name
-from harness.numerics.forward import Weights, act_quant, token_logprobs
+from harness.numerics.forward import Weights, act_quant, prompts_logprobs
 
 from .base import CheckContext, fail, invariant, passed, unknown
 
@@ -51,7 +51,7 @@ def calibrated_bounds(reference: dict, factor: float = 2.5) -> dict:
 
 
 def _model_values(ctx: CheckContext, values: dict, side: str) -> dict | str:
-    """HF name -> fp32 values for every model tensor, or why they cannot feed the forward."""
+    """HF name -> values for every model tensor, or why they cannot feed the forward."""
     out = {}
     for t in ctx.config.spec.tensors():
         v = values.get(t.name)
@@ -64,9 +64,16 @@ def _model_values(ctx: CheckContext, values: dict, side: str) -> dict | str:
 
 
 def snapshot_logprobs(ctx: CheckContext):
-    """(trainer, rollout, floor) log-probs on PROMPTS from the snapshots, or a reason string."""
+    """(trainer, rollout, floor) log-probs on PROMPTS from the snapshots, or a reason string. FP8 weights enter
+    the forward dequantized; high-precision ones as held (BF16, cast to fp32 where the forward uses them: at
+    real shapes an fp32 copy of both vocabulary matrices would be 5 GB per side)."""
     cfg, spec = ctx.config, ctx.config.spec
-    tv = _model_values(ctx, ctx.trainer_values, "trainer snapshot")
+    tv = {}
+    for t in spec.tensors():
+        v = ctx.trainer_value(t.name) if t.name in cfg.fp8_tensors else ctx.trainer.get(t.name)
+        if v is not None:
+            tv[t.name] = v
+    tv = _model_values(ctx, tv, "trainer snapshot")
     if isinstance(tv, str):
         return tv
     rhf, rv = ctx.rollout_hf, {}
@@ -75,7 +82,7 @@ def snapshot_logprobs(ctx: CheckContext):
         if n not in rhf:
             continue
         try:
-            rv[n] = cfg.recipe.dequantize_weight(rhf[n], rhf[scale_name(n)]) if n in cfg.fp8_tensors else rhf[n].float()
+            rv[n] = cfg.recipe.dequantize_weight(rhf[n], rhf[scale_name(n)]) if n in cfg.fp8_tensors else rhf[n]
         except (KeyError, ValueError, RuntimeError, IndexError, TypeError):
             continue
     rv = _model_values(ctx, rv, "rollout snapshot")
@@ -87,7 +94,7 @@ def snapshot_logprobs(ctx: CheckContext):
     rw = Weights(rv, cfg.fp8_tensors, r_aq)
     ideal = Weights(tv, cfg.fp8_tensors, r_aq)
     prompts = prompts_for(spec.vocab_size)
-    run = lambda W: [token_logprobs(spec, W, p) for p in prompts]  # noqa: E731
+    run = lambda W: prompts_logprobs(spec, W, prompts)  # noqa: E731
     return run(tw), run(rw), run(ideal)
 
 

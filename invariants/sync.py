@@ -12,13 +12,14 @@ import torch
 
 from harness.formats import E8M0, is_pow2
 from harness.formats.blockwise import pad_blocks
+from harness.bitview import CHUNK, first_difference
 from harness.formats.bytes import is_sentinel
 from harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
 from harness.numerics import apply_post_load
 from harness.sync.payload import ROLE_FP8, ROLE_HP, expected_wire
 
 from .base import CheckContext, fail, invariant, passed, unknown
-from .evidence import bit_diff, bits_equal, engine_position, value_diff
+from .evidence import bit_diff, bits_equal, engine_position, unravel, value_diff
 
 MAX_FINDINGS = 20     # per invariant; the rest are counted in a summary finding
 
@@ -28,6 +29,17 @@ def _cap(inv_id: str, findings: list):
         extra = len(findings) - MAX_FINDINGS
         findings = findings[:MAX_FINDINGS] + [fail(inv_id, None, f"... and {extra} more violations")]
     return findings
+
+
+def _sentinels(t: torch.Tensor) -> tuple[int | None, int]:
+    """(flat index of the first element still holding the poison bytes, how many do), chunk by chunk."""
+    flat = t.reshape(-1)
+    return first_difference((a, is_sentinel(flat[a:a + CHUNK]).reshape(-1)) for a in range(0, flat.numel(), CHUNK))
+
+
+def _evidence(out: list) -> bool:
+    """Evidence (first difference, counts) only for the findings the cap keeps."""
+    return len(out) < MAX_FINDINGS
 
 
 def _where(ctx: CheckContext, name: str, ev: dict | None) -> dict:
@@ -125,11 +137,11 @@ def s1_coverage(ctx: CheckContext):
     # poisoned destinations: every byte 0xFF survives only where no sync wrote
     if rec.poisoned:
         for k in ctx.rollout.names():
-            m = is_sentinel(ctx.rollout[k])
-            if bool(m.any()):
-                idx = [int(i) for i in m.nonzero()[0]] if m.dim() else []
+            t = ctx.rollout[k]
+            first, count = _sentinels(t)
+            if count:
                 out.append(fail("S1", k, "poisoned destination survived the sync (no sync wrote these elements)",
-                                stage="engine", index=idx, count=int(m.sum()), total=m.numel()))
+                                stage="engine", index=unravel(first, t.shape), count=count, total=t.numel()))
     for k in rec.unmaterialized:
         out.append(fail("S1", k, "engine parameter left on the meta device by the reload (never materialized: the "
                                  "kernels have no weights here)", stage="engine"))
@@ -164,7 +176,7 @@ def s2_codes(ctx: CheckContext):
             out.append(unknown("S2", "trainer snapshot lacks this FP8 weight", tensor=n))
             continue
         if ctx.payload is not None and ctx.config.sync_mode == "onpolicy" and n in ctx.payload:
-            ev = bit_diff(t, ctx.payload[n])
+            ev = bit_diff(t, ctx.payload[n], _evidence(out))
             if ev:
                 out.append(fail("S2", n, "codes on the wire differ from the trainer's", stage="wire", **ev))
         r = rhf.get(n)
@@ -179,7 +191,7 @@ def s2_codes(ctx: CheckContext):
             continue
         n_checked += 1
         exp, _, transformed = ek
-        ev = bit_diff(exp, r)
+        ev = bit_diff(exp, r, _evidence(out))
         if ev:
             what = "the trainer's codes after the engine's declared UE8M0 requantization" if transformed \
                 else "the trainer's"
@@ -283,16 +295,16 @@ def s3_scales(ctx: CheckContext):
                             ctx.rollout_hf_errors.get(sn, "not in the rollout"), stage="engine"))
             continue
         n_checked += 1
-        ev = bit_diff(e_scale, r)
+        ev = bit_diff(e_scale, r, _evidence(out))
         if ev:
-            why = diagnose_scale(e_scale, r)
+            why = diagnose_scale(e_scale, r) if _evidence(out) else None
             out.append(fail("S3", sn, why or "scale bits the sampler reads differ from the trainer's",
                             stage="engine", **_where(ctx, sn, ev)))
         if ctx.payload is not None and ctx.config.sync_mode == "onpolicy" and sn in ctx.payload:
-            ev = bit_diff(t, ctx.payload[sn])
+            ev = bit_diff(t, ctx.payload[sn], _evidence(out))
             if ev:
-                out.append(fail("S3", sn, diagnose_scale(t, ctx.payload[sn]) or "scale on the wire differs from "
-                                "the trainer's", stage="wire", **ev))
+                why = diagnose_scale(t, ctx.payload[sn]) if _evidence(out) else None
+                out.append(fail("S3", sn, why or "scale on the wire differs from the trainer's", stage="wire", **ev))
     if not out:
         if not n_checked:
             return [unknown("S3", "nothing to check: no FP8 scale in both the trainer and the rollout snapshot")]
@@ -371,7 +383,7 @@ def s4_layout(ctx: CheckContext):
                 a = recipe.dequantize_weight(r, rhf[scale_name(n)].to(recipe.scale_dtype)
                                              if recipe.scale_dtype == E8M0 else rhf[scale_name(n)].float())
             else:
-                e, a = ctx.trainer[n].float(), r.float()
+                e, a = ctx.trainer[n], r            # compared as fp32 chunk by chunk (value_diff)
         except (KeyError, ValueError, RuntimeError, IndexError) as ex:
             out.append(fail("S4", n, f"cannot dequantize in checkpoint coordinates: {ex}", stage="engine"))
             continue
@@ -379,9 +391,9 @@ def s4_layout(ctx: CheckContext):
             out.append(unknown("S4", "the trainer's tensor cannot be dequantized (wrong shape or dtype)", tensor=n))
             continue
         n_checked += 1
-        ev = value_diff(e, a)
+        ev = value_diff(e, a, _evidence(out))
         if ev:
-            why = diagnose_layout(ctx, n, e, a) if len(out) < MAX_FINDINGS else None
+            why = diagnose_layout(ctx, n, e.float(), a.float()) if _evidence(out) else None
             out.append(fail("S4", n, "dequantized rollout weight differs from the trainer's" + (f": {why}" if why else ""),
                             stage="engine", **_where(ctx, n, ev)))
     if not out:

@@ -13,7 +13,7 @@ import yaml
 from ..config import ConfigError, SyncConfig
 from ..formats import RECIPES, RecipeError
 from ..layouts import LayoutError
-from ..models import MODELS, ModelError
+from ..models import BUILTIN, SHIPPED, ModelError, with_layers
 from ..snapshot import SnapshotError
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
@@ -76,7 +76,18 @@ def build_config(args) -> SyncConfig:
     if getattr(args, "sync", None):
         data["sync_mode"] = args.sync
     data.update(parse_sets(getattr(args, "set", None)))
+    layers = getattr(args, "layers", None)
+    if layers is not None:
+        model = data.get("model", "tiny-dense")
+        if not isinstance(model, str):
+            raise ConfigError(f"{source}: model must be a name or a path, got {model!r}")
+        data["model"] = with_layers(model, layers)
     return SyncConfig.from_dict(data, source)
+
+
+MODEL_HELP = (f"a built-in model ({', '.join(BUILTIN)}), a shipped config of a real model's shapes "
+              f"({', '.join(SHIPPED)}), or a path to a Hugging Face config.json / checkpoint directory")
+LAYERS_HELP = "keep only the first N layers (every per-layer shape stays real: a 1-layer Qwen3-8B is 1.4 B parameters)"
 
 
 # -- commands -------------------------------------------------------------------------------------------------------
@@ -163,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def cfg_args(sp, model_default=None):
         sp.add_argument("--config", help="SyncConfig YAML (nested or dotted keys)")
-        sp.add_argument("--model", choices=sorted(MODELS), default=model_default)
+        sp.add_argument("--model", default=model_default, metavar="MODEL", help=MODEL_HELP)
+        sp.add_argument("--layers", type=int, metavar="N", help=LAYERS_HELP)
         sp.add_argument("--recipe", choices=sorted(RECIPES))
         sp.add_argument("--seed", type=count(0))
         sp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")

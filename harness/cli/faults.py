@@ -8,7 +8,7 @@ import time
 from rich.table import Table
 
 from ..formats import RECIPES
-from ..models import MODELS
+from ..models import ModelError, get_model, with_layers
 from .report import console, junit_xml
 
 VERDICT_STYLE = {"caught": "green", "pass": "green", "n/a": "dim", "missed": "bold red", "false-alarm": "bold red",
@@ -25,9 +25,15 @@ def run(args) -> int:
     from faults.matrix import run_matrix, summary
     from .. import cli
     cli.out_file(args.junit, "--junit")
-    for m in args.model or []:
-        if m not in MODELS:
-            raise cli.UsageError(f"--model {m}: unknown model; choose from {', '.join(MODELS)}")
+    models = None
+    if args.model or args.layers is not None:
+        from faults.matrix import TINY_MODELS
+        try:
+            models = [with_layers(m, args.layers) for m in (args.model or TINY_MODELS)]
+        except ModelError as e:
+            raise cli.UsageError(f"--model: {e}") from None
+        for m in models:
+            get_model(m).require_modelled()
     for r in args.recipe or []:
         if r not in RECIPES:
             raise cli.UsageError(f"--recipe {r}: unknown recipe; choose from {', '.join(RECIPES)}")
@@ -43,9 +49,11 @@ def run(args) -> int:
                       f.description)
         console().print(t)
         return 0
-    workers = args.workers or min(len(os.sched_getaffinity(0)), 8)
+    from faults.matrix import memory_workers
+    fit = memory_workers(models)
+    workers = args.workers or min(len(os.sched_getaffinity(0)), 8, fit or 8)
     t0 = time.perf_counter()
-    cells = _run_with_progress(args, workers, run_matrix)
+    cells = _run_with_progress(args, models, workers, run_matrix)
     wall = time.perf_counter() - t0
     s = summary(cells)
     s["seconds"] = round(wall, 1)
@@ -81,11 +89,11 @@ def run(args) -> int:
     return 0 if s["ok"] else 1
 
 
-def _run_with_progress(args, workers, run_matrix):
+def _run_with_progress(args, models, workers, run_matrix):
     """A progress bar on a terminal (the matrix takes tens of seconds); nothing extra when piped or with --json."""
     import sys
     if args.json or not sys.stderr.isatty():
-        return run_matrix(args.model, args.recipe, args.fault, workers=workers)
+        return run_matrix(models, args.recipe, args.fault, workers=workers)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     with Progress(TextColumn("fault matrix"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   transient=True) as bar:
@@ -93,15 +101,18 @@ def _run_with_progress(args, workers, run_matrix):
 
         def tick(done, total):
             bar.update(task, completed=done, total=total)
-        return run_matrix(args.model, args.recipe, args.fault, workers=workers, progress=tick)
+        return run_matrix(models, args.recipe, args.fault, workers=workers, progress=tick)
 
 
 def register(sub):
     p = sub.add_parser("faults", help="run the CPU fault-injection matrix")
-    p.add_argument("--model", action="append", help="tiny model (repeatable; default all)")
+    from . import LAYERS_HELP, MODEL_HELP
+    p.add_argument("--model", action="append", help=MODEL_HELP + " (repeatable; default the tiny models)")
+    p.add_argument("--layers", type=int, metavar="N", help=LAYERS_HELP)
     p.add_argument("--recipe", action="append", help="recipe (repeatable; default all)")
     p.add_argument("--fault", action="append", help="only this fault (repeatable; default all)")
-    p.add_argument("--workers", type=_count(1), help="processes (default: CPU count, at most 8)")
+    p.add_argument("--workers", type=_count(1), help="processes (default: CPU count, at most 8, and as many cells "
+                   "as fit in the available memory: a 1-layer Qwen3-8B cell needs about 14 GB)")
     p.add_argument("--all", action="store_true", help="also list cells where a fault does not apply")
     p.add_argument("--list", action="store_true", help="list the faults and exit")
     p.add_argument("--json", action="store_true")

@@ -104,6 +104,8 @@ def read_job(args):
     from . import UsageError, load_yaml, parse_sets
     data = load_yaml(args.config)
     sets = parse_sets(args.set)
+    if getattr(args, "model", None) is not None:
+        sets["fp8check.model"] = args.model         # the job reader's own key for the model (first in precedence)
     env, env_origin = dict(os.environ), {k: "environment" for k in os.environ}
     for item in args.env or []:             # environment values are strings, taken literally (not YAML)
         if "=" not in item:
@@ -113,8 +115,13 @@ def read_job(args):
         env_origin[k.strip()] = "--env"
     if args.gpu not in ("auto", "sm90", "sm100", "sm120"):
         raise UsageError(f"--gpu {args.gpu}: expected sm90, sm100, sm120 or auto")
-    return parse_job(data, env, args.gpu, source=args.config, sets=sets, env_origin=env_origin,
-                     base_dir=os.path.dirname(os.path.abspath(args.config)))
+    job = parse_job(data, env, args.gpu, source=args.config, sets=sets, env_origin=env_origin,
+                    base_dir=os.path.dirname(os.path.abspath(args.config)))
+    if getattr(args, "layers", None) is not None:
+        from dataclasses import replace
+        from ..models import with_layers
+        job.config = replace(job.config, model=with_layers(job.config.model, args.layers))
+    return job
 
 
 def run(args) -> int:
@@ -277,6 +284,9 @@ def register(sub):
     p.add_argument("--probe", action="store_true", help="one live sync round trip on a tiny model (GPU)")
     p.add_argument("--explain", metavar="RULE", help="print the rule, why it exists and what to change; with a "
                                                      "config, its verdict and the provenance of every value it read")
+    from . import LAYERS_HELP, MODEL_HELP
+    p.add_argument("--model", metavar="MODEL", help=MODEL_HELP + " (instead of the job's model)")
+    p.add_argument("--layers", type=int, metavar="N", help=LAYERS_HELP)
     p.add_argument("-v", "--verbose", action="store_true", help="also list the rules that hold")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=run)

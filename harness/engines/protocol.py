@@ -75,7 +75,9 @@ class RolloutEngine(Protocol):
         """Rank-named parameter -> streaming state digest (harness.digest), computed where the tensors live."""
 
     def kernel_tensors(self, names: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
-        """What the kernels read, rank-named, as host tensors (a parameter without bytes is left out)."""
+        """What the kernels read, rank-named, as host tensors (a parameter without bytes is left out). An engine
+        living in the pipeline's process may also offer `kernel_views(names)`: the same tensors without a copy,
+        which the full-read capture uses to compare the state after a re-sync (optional)."""
 
     def record(self) -> EngineRecord: ...
 

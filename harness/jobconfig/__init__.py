@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from ..config import ConfigError, PackingConfig, RolloutConfig, SyncConfig, TrainerConfig, matches
 from ..formats import get_recipe
-from ..models import LINEAR, MODELS, ModelError, register_model, spec_from_hf_config
+from ..models import LINEAR, MODELS, SHIPPED, ModelError, get_model
 from . import stacks
 from .defaults import STACK_DEFAULTS
 from .keys import (ENV_KNOWN, FP8_PREFIXES, KEY_KINDS, KNOWN, NEMO_VLLM, OPEN_SUBTREES, SKYRL_ENGINE,
@@ -151,7 +151,9 @@ def _check_kinds(flat: dict, origin: dict, source: str) -> None:
 
 
 def _model(r: stacks.Reader, base_dir: str | None) -> str:
-    """The model the job trains: a tiny model name, or a local checkpoint with a config.json (registered)."""
+    """The model the job trains: a model name (harness.models.get_model: built-in, shipped, NAME@<N>L), a hub id of
+    a shipped config (Qwen/Qwen3-8B: its public shapes), or a local checkpoint / config.json (registered; a relative
+    path from the job file's directory too); anything else is unknown here (tiny-dense's dims are used)."""
     job, flat, source = r.job, r.job.flat, r.job.source
     key = next((k for k in ("fp8check.model", "trainer.policy.model.path", "actor_rollout_ref.model.path",
                             "policy.model_name") if k in flat), None)
@@ -159,26 +161,19 @@ def _model(r: stacks.Reader, base_dir: str | None) -> str:
     if not isinstance(name, str):
         raise ConfigError(f"{source}: {key} must be a string, got {name!r}")
     r.fact("model", name, key, job.origin.get(key, "fp8check default tiny-dense") if key else "fp8check default")
-    if name in MODELS:
-        r.fact("model_known", True, key)
-        return name
+    hub = name.rsplit("/", 1)[-1].lower()
     candidates = [name] + ([os.path.join(base_dir, name)] if base_dir and not os.path.isabs(name) else [])
+    if not any(os.path.exists(c) for c in candidates) and name not in MODELS and hub in SHIPPED:
+        candidates = [hub]
     for cand in candidates:
-        cfg_path = os.path.join(cand, "config.json") if os.path.isdir(cand) else cand
-        if os.path.isfile(cfg_path) and cfg_path.endswith(".json"):
+        if cand in MODELS or cand in SHIPPED or "@" in cand or os.path.exists(cand):
             try:
-                with open(cfg_path, "rb") as f:
-                    hf = json.loads(f.read().decode("utf-8"))
-            except (ValueError, UnicodeDecodeError, OSError) as e:
-                raise ConfigError(f"{cfg_path}: not a readable JSON model config ({e.__class__.__name__}); point "
-                                  f"{key} at a checkpoint directory with a valid config.json") from None
-            try:
-                register_model(spec_from_hf_config(hf, name))
+                spec = get_model(cand)
             except ModelError as e:
-                raise ConfigError(f"{cfg_path}: cannot read the model's dims ({e})") from None
-            r.fact("model_known", True, key, f"dims from {cfg_path}")
-            return name
-    r.fact("model_known", False, key, "not a tiny model name nor a local config.json: checks use tiny-dense")
+                raise ConfigError(f"{key or 'model'}: {e}") from None
+            r.fact("model_known", True, key, f"dims of {spec.name}")
+            return spec.name
+    r.fact("model_known", False, key, "not a known model name nor a local config.json: checks use tiny-dense")
     return "tiny-dense"
 
 

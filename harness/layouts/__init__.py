@@ -6,9 +6,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..lazy import LazyMap
 from ..models import ModelSpec
 from .megatron import megatron_pieces
-from .pieces import LayoutError, Piece, assemble, disassemble, dst_view, src_view
+from .pieces import LayoutError, Piece, assemble, covers_whole, disassemble, dst_view, src_view
 from .vllm import FUSIONS, ROW_PARALLEL, engine_module, split_layer, vllm_module, vllm_pieces
 
 SCALE_SUFFIX = "_scale_inv"
@@ -86,6 +87,16 @@ class LayoutMap:
             shapes.update(self._scale_shapes(self.hf_shapes, self.fp8_hf))
         return assemble(pieces, tensors, shapes)
 
+    def megatron_to_hf_lazy(self, tensors) -> "LazyMap":
+        """`megatron_to_hf` one HF tensor at a time, each from only the Megatron tensors it is made of (a fault
+        reading one layer of a previous step does not make the whole model)."""
+        pieces = self.megatron + _scale_pieces(self.megatron, set(self.fp8_megatron), self.block_shape)
+        shapes = {**self.hf_shapes, **self._scale_shapes(self.hf_shapes, self.fp8_hf)}
+        by_dst: dict[str, list] = {}
+        for p in pieces:
+            by_dst.setdefault(p.dst, []).append(p)
+        return LazyMap(by_dst, lambda n: assemble(by_dst[n], {p.src: tensors[p.src] for p in by_dst[n]}, shapes)[n])
+
     def hf_to_megatron(self, tensors: dict[str, torch.Tensor], with_scales: bool = False) -> dict[str, torch.Tensor]:
         """HF names -> Megatron names (fused tensors rebuilt); with_scales: FP8 codes and their block scales."""
         pieces, shapes = self.megatron, dict(self.megatron_shapes)
@@ -137,6 +148,7 @@ class LayoutMap:
                                 for p in rank] for rank in self.vllm]}
 
 
-__all__ = ["FUSIONS", "ROW_PARALLEL", "engine_module", "LayoutError", "LayoutMap", "Piece", "assemble", "disassemble",
+__all__ = ["FUSIONS", "ROW_PARALLEL", "engine_module", "LayoutError", "LayoutMap", "Piece", "assemble", "covers_whole",
+           "disassemble",
            "dst_view", "is_scale_name", "rank_name", "scale_name", "split_layer", "split_rank_name", "src_view", "vllm_module",
            "weight_of_scale"]

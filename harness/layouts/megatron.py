@@ -81,5 +81,6 @@ def megatron_pieces(spec: ModelSpec) -> tuple[list[Piece], dict[str, tuple]]:
             stack(m + "mlp.linear_fc1.weight", [(h + "mlp.gate_proj.weight", 0, I), (h + "mlp.up_proj.weight", 0, I)])
             whole(m + "mlp.linear_fc2.weight", h + "mlp.down_proj.weight")
     whole("decoder.final_layernorm.weight", "model.norm.weight")
-    whole("output_layer.weight", "lm_head.weight")
+    if not spec.tie_word_embeddings:          # tied: Megatron's output layer reads the word embeddings
+        whole("output_layer.weight", "lm_head.weight")
     return pieces, shapes

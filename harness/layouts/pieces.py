@@ -56,11 +56,41 @@ def dst_view(t: torch.Tensor, p: Piece) -> torch.Tensor:
     return t[p.dst_row:p.dst_row + p.rows]
 
 
+def _covers(p: Piece, shape: tuple) -> bool:
+    """The piece is the whole of a tensor of `shape` on its side: no slot, every row and column."""
+    return (p.dst_index is None and p.src_row == 0 and p.dst_row == 0 and len(shape) >= 1 and p.rows == shape[0]
+            and p.src_col == 0 and p.cols is None)
+
+
+def covers_whole(p: Piece, dst_shape: tuple) -> bool:
+    """The piece writes every element of a destination of `dst_shape` (no slot, every row and column)."""
+    return p.dst_index is None and p.dst_row == 0 and len(dst_shape) >= 1 and p.rows == dst_shape[0] and p.cols is None
+
+
+def _sole(pieces, key) -> dict:
+    """name -> its piece, for names only one piece touches."""
+    count: dict = {}
+    for p in pieces:
+        k = key(p)
+        count[k] = None if k in count else p
+    return {k: p for k, p in count.items() if p is not None}
+
+
 def assemble(pieces, sources: dict[str, torch.Tensor], dst_shapes: dict[str, tuple], dtype=None,
              fill=None) -> dict[str, torch.Tensor]:
-    """Build every destination tensor from its pieces. `fill` (a scalar) marks rows no piece wrote."""
+    """Build every destination tensor from its pieces. `fill` (a scalar) marks rows no piece wrote. A
+    destination that is one whole source (an embedding, a norm, an unfused projection) is that source tensor
+    itself, not a copy: callers never write the result in place."""
+    pieces = list(pieces)
     out: dict[str, torch.Tensor] = {}
+    for name, p in _sole(pieces, lambda p: p.dst).items():
+        src = sources.get(p.src)
+        if (src is not None and (dtype is None or src.dtype == dtype) and _covers(p, tuple(src.shape))
+                and tuple(src.shape) == tuple(dst_shapes[name])):
+            out[name] = src
     for p in pieces:
+        if p.dst in out and out[p.dst] is sources.get(p.src):
+            continue
         if p.src not in sources:
             raise LayoutError(f"tensor {p.src!r} is missing (needed for {p.dst!r})")
         src = sources[p.src]
@@ -79,9 +109,12 @@ def assemble(pieces, sources: dict[str, torch.Tensor], dst_shapes: dict[str, tup
 
 def disassemble(pieces, dests, src_shapes: dict[str, tuple], errors: dict[str, str] | None = None
                 ) -> dict[str, torch.Tensor]:
-    """Inverse of `assemble`: recover every source tensor from the destinations (checkpoint coordinates).
+    """Inverse of `assemble`: recover every source tensor from the destinations (checkpoint coordinates); a source
+    that is the whole of one piece is a view of its destination, not a copy (callers never write it in place).
     errors=None: strict, LayoutError on a missing or misshapen destination. A dict: tolerant, for checks on a
     possibly broken engine: the affected source is left out and the reason recorded under its name."""
+    pieces = list(pieces)
+    sole = _sole(pieces, lambda p: p.src)
     out: dict[str, torch.Tensor] = {}
     for p in pieces:
         if errors is not None and p.src in errors:
@@ -98,6 +131,10 @@ def disassemble(pieces, dests, src_shapes: dict[str, tuple], errors: dict[str, s
             if d is None or d.dim() == 0:
                 why = f"{p.dst} has shape {list(whole.shape)}, which holds no rows {p.dst_row}:{p.dst_row + p.rows}" + \
                       (f" of slot {p.dst_index}" if p.dst_index is not None else "")
+            elif sole.get(p.src) is p and p.src_row == 0 and p.src_col == 0 and p.cols is None \
+                    and tuple(d.shape) == tuple(src_shapes[p.src]):
+                out[p.src] = d          # the whole source is this view of the destination: no copy
+                continue
             else:
                 if p.src not in out:
                     out[p.src] = torch.zeros(src_shapes[p.src], dtype=d.dtype, device=d.device)

@@ -57,6 +57,13 @@ def vllm_module(spec: ModelSpec, hf_module: str) -> tuple[str, object]:
     return hf_module, None
 
 
+def tp_split_dim(hf_module: str) -> int:
+    """The weight dim tensor parallelism narrows for an HF module's GEMM: 1 (input columns) for row-parallel
+    linears (o_proj, down_proj of the MLP and of every expert, out_proj), else 0 (output rows)."""
+    local = split_layer(hf_module)[1]
+    return 1 if local in ROW_PARALLEL or local.endswith("down_proj") else 0
+
+
 def _shard_rows(rows: int, tp: int, rank: int, what: str) -> tuple[int, int]:
     if rows % tp:
         raise LayoutError(f"{what}: {rows} rows do not split over tensor-parallel size {tp}")

@@ -5,6 +5,10 @@ scale = max(amax, 1e-10) / 448, UE8M0-rounded when DeepGEMM's E8M0 path is on; M
 
 The point is not bit-exactness with a GPU GEMM (accumulation order differs) but a forward whose only FP8
 inputs are the bytes each engine holds, so policy probes see exactly the weight mismatch a sync causes.
+
+High-precision weights may stay in the dtype they are held in (BF16): they are cast to fp32 where they are used
+(embedding rows after the lookup, the lm head in vocabulary chunks), which gives the same values as casting them
+first without holding an fp32 copy of a 151936-row vocabulary.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from ..formats import Recipe, dequantize_mxfp8, quantize_blockwise, quantize_mxf
 from ..formats.blockwise import dequantize_blockwise
 from ..formats.cast import cast_to_fp8
 from ..layouts import is_scale_name, scale_name
+from ..lazy import LazyMap
 from ..models import ModelSpec
 
 ActQuant = Callable[[torch.Tensor], torch.Tensor]
@@ -69,12 +74,24 @@ class Weights:
     act_quant: ActQuant | None
 
     def linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        w = self.tensors[name + ".weight"]
+        w = _f32(self.tensors[name + ".weight"])
         shp = x.shape
         x2 = x.reshape(-1, shp[-1])
         if name + ".weight" in self.fp8 and self.act_quant is not None:
             x2 = self.act_quant(x2)
         return (x2 @ w.t()).reshape(*shp[:-1], w.shape[0])
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float32 else t.float()
+
+
+def dequantized(recipe: Recipe, state, fp8_names) -> LazyMap:
+    """The forward's view of a codes/scale_inv state: FP8 weights dequantized when first read (then kept: the
+    probe prompts reuse them), everything else as held (cast to fp32 at use)."""
+    def value(n):
+        return recipe.dequantize_weight(state[n], state[scale_name(n)]) if n in fp8_names else state[n]
+    return LazyMap([n for n in state if not is_scale_name(n)], value, cache=True)
 
 
 def dequantize_state(recipe: Recipe, state: dict[str, torch.Tensor], fp8_names) -> dict[str, torch.Tensor]:
@@ -91,7 +108,7 @@ def dequantize_state(recipe: Recipe, state: dict[str, torch.Tensor], fp8_names) 
 
 
 def _rms(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * _f32(w)
 
 
 def _rope(x, theta):                       # x [T, h, D], neox style (rotate halves)
@@ -133,13 +150,13 @@ def _gated_delta_net(spec: ModelSpec, W: Weights, x, p):
     T, Dh = x.shape[0], spec.linear_head_dim
     nk, nv, kd = spec.linear_num_k_heads, spec.linear_num_v_heads, spec.linear_key_dim
     qkv = W.linear(x, la + "in_proj_qkv")                       # [T, 2kd + vd]
-    conv = W.tensors[la + "conv1d.weight"]                     # [C, 1, K] depthwise, causal
+    conv = _f32(W.tensors[la + "conv1d.weight"])               # [C, 1, K] depthwise, causal
     kern = conv.shape[-1]
     qkv = F.silu(F.conv1d(F.pad(qkv.t()[None], (kern - 1, 0)), conv, groups=conv.shape[0])[0].t())
     q, k, v = qkv[:, :kd].view(T, nk, Dh), qkv[:, kd:2 * kd].view(T, nk, Dh), qkv[:, 2 * kd:].view(T, nv, Dh)
     z = W.linear(x, la + "in_proj_z").view(T, nv, Dh)
     beta = torch.sigmoid(W.linear(x, la + "in_proj_b"))       # [T, nv]
-    g = -W.tensors[la + "A_log"].exp() * F.softplus(W.linear(x, la + "in_proj_a") + W.tensors[la + "dt_bias"])
+    g = -_f32(W.tensors[la + "A_log"]).exp() * F.softplus(W.linear(x, la + "in_proj_a") + _f32(W.tensors[la + "dt_bias"]))
     q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     q, k = q.repeat_interleave(nv // nk, 1) * Dh ** -0.5, k.repeat_interleave(nv // nk, 1)
     S = torch.zeros(nv, Dh, Dh)
@@ -174,21 +191,55 @@ def _moe(spec: ModelSpec, W: Weights, x, p):
     return out
 
 
-def logits(spec: ModelSpec, W: Weights, tokens: list[int]) -> torch.Tensor:
-    """[T, vocab] fp32 logits for one sequence."""
-    x = W.tensors["model.embed_tokens.weight"][torch.tensor(tokens)]
+LM_HEAD_ROWS = 1 << 15        # vocabulary rows cast to fp32 at a time (the tiny models' vocabulary is one chunk)
+
+
+def lm_head(xs: list[torch.Tensor], w: torch.Tensor) -> list[torch.Tensor]:
+    """Logits of every sequence's final hidden states. Each vocabulary chunk of a BF16 head is cast once for all
+    sequences; each sequence is still its own matmul per chunk."""
+    if w.dtype == torch.float32 or w.shape[0] <= LM_HEAD_ROWS:
+        wf = _f32(w)
+        return [x @ wf.t() for x in xs]
+    parts: list[list[torch.Tensor]] = [[] for _ in xs]
+    for i in range(0, w.shape[0], LM_HEAD_ROWS):
+        chunk = w[i:i + LM_HEAD_ROWS].float().t()
+        for out, x in zip(parts, xs):
+            out.append(x @ chunk)
+    return [torch.cat(p, -1) for p in parts]
+
+
+def hidden_states(spec: ModelSpec, W: Weights, tokens: list[int]) -> torch.Tensor:
+    """[T, hidden] fp32 final-norm hidden states of one sequence."""
+    x = _f32(W.tensors["model.embed_tokens.weight"][torch.tensor(tokens)])
     for i, lt in enumerate(spec.layer_types):
         p = f"model.layers.{i}."
         h = _rms(x, W.tensors[p + "input_layernorm.weight"], spec.rms_norm_eps)
         x = x + (_attention(spec, W, h, p) if lt == "full_attention" else _gated_delta_net(spec, W, h, p))
         h = _rms(x, W.tensors[p + "post_attention_layernorm.weight"], spec.rms_norm_eps)
         x = x + (_moe(spec, W, h, p) if spec.is_moe else _swiglu(W, h, p + "mlp."))
-    x = _rms(x, W.tensors["model.norm.weight"], spec.rms_norm_eps)
-    return x @ W.tensors["lm_head.weight"].t()
+    return _rms(x, W.tensors["model.norm.weight"], spec.rms_norm_eps)
+
+
+def _head(spec: ModelSpec, W: Weights) -> torch.Tensor:
+    return W.tensors["model.embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"]
+
+
+def logits(spec: ModelSpec, W: Weights, tokens: list[int]) -> torch.Tensor:
+    """[T, vocab] fp32 logits for one sequence."""
+    return lm_head([hidden_states(spec, W, tokens)], _head(spec, W))[0]
+
+
+def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]]) -> list[torch.Tensor]:
+    """`token_logprobs` of every prompt, the lm head read once for all of them."""
+    with torch.no_grad():
+        xs = [hidden_states(spec, W, p) for p in prompts]
+        out = []
+        for p, lg in zip(prompts, lm_head(xs, _head(spec, W))):
+            lp = lg.log_softmax(-1)
+            out.append(lp[:-1].gather(-1, torch.tensor(p[1:])[:, None])[:, 0])
+    return out
 
 
 def token_logprobs(spec: ModelSpec, W: Weights, tokens: list[int]) -> torch.Tensor:
     """log p(tokens[t+1] | tokens[:t+1]) for t in 0..T-2 (teacher forcing)."""
-    with torch.no_grad():
-        lp = logits(spec, W, tokens).log_softmax(-1)
-    return lp[:-1].gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+    return prompts_logprobs(spec, W, [tokens])[0]

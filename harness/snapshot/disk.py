@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
 from ..record import EngineRecord, PayloadMeta, TrainerRecord
 from ..schema import SchemaError, from_data
@@ -59,7 +59,8 @@ class Manifest:
 
 
 class LazyTensors(Mapping):
-    """safetensors file as a mapping; tensors are read on access."""
+    """safetensors file as a mapping; a tensor is read when first accessed and kept (`read` does not keep it).
+    The file's header is validated when it is opened (safetensors refuses a file its offsets do not cover)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -71,16 +72,25 @@ class LazyTensors(Mapping):
                                 f"`fp8check snapshot`") from None
         self._cache: dict[str, torch.Tensor] = {}
 
+    def read(self, k) -> torch.Tensor:
+        """The tensor, read from the file now (not kept)."""
+        if k in self._cache:
+            return self._cache[k]
+        if k not in self._keys:
+            raise KeyError(k)
+        try:
+            with safe_open(self.path, framework="pt") as f:
+                return f.get_tensor(k)
+        except (SafetensorError, OSError, ValueError, RuntimeError, TypeError) as e:
+            raise SnapshotError(f"{self.path}: tensor {k!r} cannot be read ({_short(e)})") from None
+
     def __getitem__(self, k):
         if k not in self._cache:
-            if k not in self._keys:
-                raise KeyError(k)
-            try:
-                with safe_open(self.path, framework="pt") as f:
-                    self._cache[k] = f.get_tensor(k)
-            except (SafetensorError, OSError, ValueError, RuntimeError, TypeError) as e:
-                raise SnapshotError(f"{self.path}: tensor {k!r} cannot be read ({_short(e)})") from None
+            self._cache[k] = self.read(k)
         return self._cache[k]
+
+    def __contains__(self, k) -> bool:
+        return k in self._keys
 
     def __iter__(self):
         return iter(self._keys)
@@ -92,6 +102,46 @@ class LazyTensors(Mapping):
         for k in self._keys:
             self[k]
         return self
+
+
+# safetensors dtype names (the format's own spelling)
+ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+             torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+             torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e4m3fnuz: "F8_E4M3FNUZ",
+             torch.float8_e5m2: "F8_E5M2", torch.float8_e5m2fnuz: "F8_E5M2FNUZ", torch.float8_e8m0fnu: "F8_E8M0"}
+
+
+def write_safetensors(path: str, tensors: Mapping, metadata: dict[str, str] | None = None, digest=None) -> dict:
+    """Write a safetensors file one tensor at a time (a mapping that makes its values when read, like the masters
+    at real shapes, is never held whole). The header is written last into space reserved before the data and
+    padded with spaces, as the format allows. Returns name -> `digest(tensor)` when `digest` is given."""
+    names = list(tensors)
+    reserve = 64 + len(json.dumps(metadata or {})) + sum(len(json.dumps(n)) + 200 for n in names)
+    reserve += -(8 + reserve) % 8
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    from ..sync.payload import byte_view
+    digests: dict[str, str] = {}
+    off = 0
+    with open(path, "wb") as f:
+        f.seek(8 + reserve)
+        for n in names:
+            t = tensors[n].detach()
+            if t.dtype not in ST_DTYPES:
+                raise SnapshotError(f"{path}: tensor {n!r} has dtype {t.dtype}, which safetensors cannot store")
+            data = byte_view(t) if t.numel() else b""
+            f.write(data)
+            size = t.numel() * t.element_size()
+            header[n] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + size]}
+            off += size
+            if digest is not None:
+                digests[n] = digest(t)
+            del t, data
+        text = json.dumps(header, separators=(",", ":")).encode()
+        if len(text) > reserve:               # cannot happen with the reserve above; never write a bad file
+            raise SnapshotError(f"{path}: safetensors header needs {len(text)} bytes, {reserve} reserved")
+        f.seek(0)
+        f.write(struct.pack("<Q", reserve) + text + b" " * (reserve - len(text)))
+    return digests
 
 
 def _short(e: Exception) -> str:
@@ -109,20 +159,23 @@ class SnapshotDir:
     rollout: Snapshot
 
 
-def snapshot_manifest(config, step: int | None, **snaps: Snapshot) -> dict:
+def snapshot_manifest(config, step: int | None, digests: bool = True, **snaps: Snapshot) -> dict:
     """What a snapshot directory records beside its tensors: the config that drove the sync (so `verify` runs
     the same checks elsewhere) and the model's spec, the exclusion set and layout map it implies, each role's
-    typed record and the digest of every tensor (edits after capture are reported)."""
+    typed record and the digest of every tensor (edits after capture are reported). `digests=False`: leave them
+    to `write_snapshot_dir`, which computes them while it writes (each tensor read once)."""
     from ..sync.payload import tensor_digest
-    return {
+    out = {
         "model": config.model, "recipe": config.recipe.name, "sync": config.sync_mode, "step": step,
         "seed": config.seed, "config": config.to_dict(), "model_spec": config.spec.to_dict(),
         "exclusion": {"high_precision": sorted(config.high_precision), "fp8": sorted(config.fp8_tensors),
                       "ignored_layers": list(config.ignored_layers)},
         "layout": config.layout.to_json(),
         **{role: s.meta.to_json() for role, s in snaps.items() if role != "master"},
-        "digests": {role: {n: tensor_digest(t) for n, t in s.tensors.items()} for role, s in snaps.items()},
     }
+    if digests:
+        out["digests"] = {role: {n: tensor_digest(t) for n, t in s.tensors.items()} for role, s in snaps.items()}
+    return out
 
 
 def prepare_out_dir(path: str, what: str = "--out") -> str:
@@ -147,18 +200,24 @@ def _public(path: str):
 
 
 def write_snapshot_dir(path: str, manifest, **snaps: Snapshot) -> None:
-    """Write the given roles' tensors and the manifest (a dict from `snapshot_manifest`, or a read Manifest)."""
+    """Write the given roles' tensors and the manifest (a dict from `snapshot_manifest`, or a read Manifest).
+    A manifest without digests gets them computed as the tensors are written."""
+    from ..sync.payload import tensor_digest
     if isinstance(manifest, Manifest):
         from ..schema import to_data
         manifest = {k: v for k, v in to_data(manifest).items() if k not in ("format", "format_version")}
     prepare_out_dir(path)
+    fill = "digests" not in manifest
+    digests: dict[str, dict[str, str]] = {}
     try:
         for role, fname in FILES.items():
             if role in snaps:
-                s = snaps[role]
                 fp = os.path.join(path, fname)
-                save_file({k: v.detach().contiguous() for k, v in s.tensors.items()}, fp, metadata={"role": role})
+                digests[role] = write_safetensors(fp, snaps[role].tensors, {"role": role},
+                                                  tensor_digest if fill else None)
                 _public(fp)
+        if fill:
+            manifest = {**manifest, "digests": digests}
         with open(os.path.join(path, MANIFEST), "w") as f:
             json.dump({"format": FORMAT, "format_version": FORMAT_VERSION, **manifest}, f, indent=1, default=str)
     except OSError as e:
@@ -201,5 +260,5 @@ def read_snapshot_dir(path: str) -> SnapshotDir:
         fp = os.path.join(path, fname)
         if not os.path.isfile(fp):
             raise SnapshotError(f"{fp}: missing; a snapshot directory needs {', '.join(FILES.values())}")
-        snaps[role] = Snapshot(role, LazyTensors(fp).load_all(), metas[role])
+        snaps[role] = Snapshot(role, LazyTensors(fp), metas[role])
     return SnapshotDir(path, manifest, raw, **snaps)

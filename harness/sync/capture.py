@@ -7,7 +7,7 @@
   represented by their expected values (bit-identical by the digest). This is what live checks use.
 
 Both return the same thing (a rank-named tensor mapping for the rollout snapshot, and how many parameters were
-fetched), and both give the idempotence probe a fingerprint of the engine state.
+fetched), and both say which parameters a second install of the same payload changed (the idempotence probe).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..digest import state_digest
-from ..formats.bytes import bits_equal
+from ..bitview import bits_equal
 from ..layouts import LayoutError, is_scale_name, rank_name, scale_name
 from ..numerics import apply_post_load
 
@@ -40,6 +40,9 @@ def expected_engine_state(config, trainer_hf: dict, post_load) -> dict[str, torc
     return out
 
 
+READ_BATCH_BYTES = 256 << 20     # kernel tensors read back per call when comparing after a re-sync
+
+
 @dataclass
 class Captured:
     tensors: dict            # rank-named -> tensor (host)
@@ -61,6 +64,25 @@ class FullRead:
     @staticmethod
     def same(a, b) -> bool:
         return b is not None and bits_equal(a, b)
+
+    def before_resync(self, rollout, got: Captured) -> dict:
+        return got.tensors
+
+    def changed(self, rollout, before: dict) -> list[str]:
+        """Parameters whose bytes differ from `before`, read back a few at a time (at real shapes a second full
+        copy of the engine state would double the host memory)."""
+        # an in-process engine may lend views (compared here at once); others copy to the host
+        read = rollout.kernel_views if callable(getattr(type(rollout), "kernel_views", None)) else rollout.kernel_tensors
+        out, batch, size = [], [], 0
+        names = list(before)
+        for i, n in enumerate(names):
+            batch.append(n)
+            size += before[n].numel() * before[n].element_size()
+            if size >= READ_BATCH_BYTES or i == len(names) - 1:
+                after = read(batch)
+                out += [k for k in batch if not self.same(before[k], after.get(k))]
+                batch, size = [], 0
+        return sorted(out)
 
 
 class DigestFirst:
@@ -86,6 +108,13 @@ class DigestFirst:
     @staticmethod
     def same(a, b) -> bool:
         return a == b
+
+    def before_resync(self, rollout, got: Captured) -> dict:
+        return self.fingerprint(rollout)
+
+    def changed(self, rollout, before: dict) -> list[str]:
+        after = self.fingerprint(rollout)
+        return sorted(n for n, v in before.items() if not self.same(v, after.get(n)))
 
 
 CAPTURES = {"full-read": FullRead, "digest-first": DigestFirst}

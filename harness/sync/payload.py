@@ -4,6 +4,7 @@ excluded tensors BF16)."""
 from __future__ import annotations
 
 import hashlib
+import weakref
 from dataclasses import dataclass, replace
 
 import torch
@@ -35,6 +36,12 @@ def tensor_bytes(t: torch.Tensor) -> bytes:
     return as_bytes(t.cpu()).numpy().tobytes()
 
 
+def byte_view(t: torch.Tensor):
+    """The tensor's raw bytes as a flat uint8 numpy array over its storage (no copy when it is contiguous): what
+    hashing and bucket packing read, without materializing a `bytes` copy of a gigabyte embedding."""
+    return as_bytes(t.cpu()).numpy()
+
+
 def tensor_digest(t: torch.Tensor) -> str:
     """The wire digest of a tensor, algorithm-tagged: `b2:` blake2b-128 over dtype, shape and the raw bytes for a
     host tensor; `fx:` the streaming state digest (harness.digest) for a device tensor, computed where it lives.
@@ -44,7 +51,8 @@ def tensor_digest(t: torch.Tensor) -> str:
         return state_digest(t)
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{dtype_name(t.dtype)}{tuple(t.shape)}".encode())
-    h.update(tensor_bytes(t))
+    if t.numel():
+        h.update(byte_view(t))
     return "b2:" + h.hexdigest()
 
 
@@ -62,10 +70,11 @@ _DIGESTS: dict = {}
 
 def sender_digest(t: torch.Tensor) -> str:
     """`tensor_digest` memoized by tensor identity for the sender's manifest (the reference trainer's exports
-    are memoized and never written in place; the entry holds the tensor, so its id stays unique)."""
+    are memoized and never written in place). The entry holds a weak reference: it keeps no tensor alive, and a
+    dead tensor's id reused by a new one is recomputed."""
     hit = _DIGESTS.get(id(t))
-    if hit is None or hit[0] is not t:
-        hit = _DIGESTS[id(t)] = (t, tensor_digest(t))
+    if hit is None or hit[0]() is not t:
+        hit = _DIGESTS[id(t)] = (weakref.ref(t), tensor_digest(t))
         if len(_DIGESTS) > 8192:
             _DIGESTS.pop(next(iter(_DIGESTS)))
     return hit[1]
@@ -166,5 +175,5 @@ def expected_wire(config: SyncConfig) -> dict[str, tuple[str, torch.dtype]]:
 
 
 __all__ = ["Payload", "PayloadError", "ROLES", "ROLE_FP8", "ROLE_HP", "ROLE_SCALE", "TensorRecord",
-           "build_payload", "dtype_name", "expected_wire", "is_scale_name", "parse_dtype", "record_for",
+           "build_payload", "byte_view", "dtype_name", "expected_wire", "is_scale_name", "parse_dtype", "record_for",
            "tensor_bytes", "tensor_digest", "weight_of_scale"]

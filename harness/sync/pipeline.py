@@ -39,8 +39,14 @@ class FaultContext:
     and the learner's FP8 weights under Megatron names (all derived from data, never from an engine object)."""
     config: SyncConfig
     trainer_hf: dict
-    previous: dict | None = None
+    _previous: object = None            # the previous export, or a callable that makes it (read once)
     _master: object = None
+
+    @property
+    def previous(self) -> dict | None:
+        if callable(self._previous):
+            self._previous = self._previous()
+        return self._previous
 
     def master_hf(self) -> dict:
         if self._master is None:
@@ -129,7 +135,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     """One sync of the trainer's current weights into `rollout`, then the catalog.
 
     `config`: as `fault_config` returned it (the engines were built from it). `previous`: the trainer's export
-    before its last step (faults that mix versions draw from it). `naive`: the failure mode the tool exists for
+    before its last step, or a callable that makes it (faults that mix versions draw from it). `naive`: the failure mode the tool exists for
     (the FP8 forward weight dequantized to BF16 and quantized again by the engine). `direct`: install through
     the model's own load_weights. `capture`: FullRead (default) or DigestFirst."""
     if fault is not None and fault.stage not in STAGES:
@@ -176,11 +182,10 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     got: Captured = capture.capture(config, rollout, trainer_hf, record)
     if resync and not errors:
         # idempotence (S7): installing the same payload again must leave every kernel tensor unchanged
-        before = got.tensors if isinstance(capture, FullRead) else capture.fingerprint(rollout)
+        before = capture.before_resync(rollout, got)
         try:
             rollout.install(items, version, direct=direct, knobs=knobs)
-            after = capture.fingerprint(rollout)
-            record.resync = Resync(sorted(n for n, v in before.items() if not capture.same(v, after.get(n))))
+            record.resync = Resync(capture.changed(rollout, before))
         except Exception as e:  # noqa: BLE001
             record.resync = Resync(error=str(e))
     record.version, record.errors, record.poisoned = version, errors, poison
@@ -274,12 +279,12 @@ def reference_sync(config: SyncConfig, *, steps: int = 1, fault=None, **kw) -> t
     last one), then run the sync under test. `config`: as `fault_config` returned it. Returns
     (result, trainer, rollout)."""
     trainer, rollout = reference_engines(config, fault)
-    previous = None
     for s in range(steps):
-        previous = trainer.export_hf()
         trainer.optimizer_step()
         if s < steps - 1:
             run_sync(config, trainer, rollout, resync=False, checks=False, master=False)
+    # the export before the last step, made only if a fault reads it (the reference is deterministic in the step)
+    previous = (lambda: trainer.export_hf_at(trainer.step - 1)) if steps else None
     result = run_sync(config, trainer, rollout, fault=fault, previous=previous, **kw)
     return result, trainer, rollout
 

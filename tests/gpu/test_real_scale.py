@@ -10,7 +10,7 @@ import pytest
 from e2e.live import LiveSession
 from faults import FAULTS
 from harness.config import recommended_config
-from harness.models import resolve_model
+from harness.models import with_layers
 
 from .conftest import record
 
@@ -25,7 +25,7 @@ FAULTS_AT_SCALE = {
 
 @pytest.mark.parametrize("model,layers", [("qwen3-8b", 4), ("qwen3-30b-a3b", 2)])
 def test_real_shape_catalog_and_faults_on_the_device_path(ray_session, model, layers):
-    name = resolve_model(model, layers=layers)
+    name = with_layers(model, layers)
     cfg = recommended_config(name, "blockwise-fp32")
     cfg = replace(cfg, trainer=replace(cfg.trainer, device=True))
     rep = {"model": name, "syncs": [], "faults": []}

@@ -22,32 +22,48 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from contextlib import contextmanager
-from functools import lru_cache
-
 import torch
 
 from ...config import SyncConfig, matches_any
 from ...digest import state_digest
 from ...formats.bytes import poison_
-from ...layouts import (Piece, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
+from ...layouts import (Piece, covers_whole, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
                         weight_of_scale)
+from ...memo import Memo, nbytes
 from ...models import LINEAR
 from ...numerics import TRANSFORMS
-from ...numerics.forward import Weights, act_quant, token_logprobs
+from ...numerics.forward import Weights, act_quant, prompts_logprobs
 from ...record import EngineRecord, Generation, UpdateRecord
 from ..protocol import EngineError
 from .serving import ServingMirror
 from ..versions import served_versions, versions_meta
 from ..vllm_numerics import declared_act_quant, declared_post_load, vllm_online_quant
 
-_INIT_CACHE: dict = {}
+# The engine's start-up state is deterministic in its settings: the fault matrix builds hundreds of engines, so it
+# is memoized (copied in, never shared), within a byte budget; a real-shape state larger than it is rebuilt.
+INIT_MEMO_BYTES = 1 << 30
+_INIT_CACHE = Memo(INIT_MEMO_BYTES)
+_DUMMY = Memo(INIT_MEMO_BYTES)
 
 
-@lru_cache(maxsize=512)
-def _dummy(shape: tuple, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)            # reseeded per tensor: depends on shape and dtype only
-    dt = torch.float16 if torch.finfo(dtype).bits < 16 else dtype
-    return torch.empty(shape, dtype=dt).uniform_(-1e-3, 1e-3, generator=g).to(dtype)
+DUMMY_DRAW = 1 << 22        # dummy values drawn per tensor; a larger tensor repeats them (the values are arbitrary
+#                            small numbers: what matters is that they are not the trainer's)
+
+
+def _dummy(numel: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """vLLM `initialize_dummy_weights` for one tensor, flat: reseeded, U(-1e-3, 1e-3), FP8 drawn in fp16."""
+    def make():
+        g = torch.Generator().manual_seed(seed)            # reseeded per tensor: depends on size and dtype only
+        dt = torch.float16 if torch.finfo(dtype).bits < 16 else dtype
+        return torch.empty(min(numel, DUMMY_DRAW), dtype=dt).uniform_(-1e-3, 1e-3, generator=g).to(dtype)
+    return _DUMMY.get((min(numel, DUMMY_DRAW), dtype, seed), make)
+
+
+def _fill_dummy(t: torch.Tensor, seed: int):
+    flat, base = t.view(-1), _dummy(t.numel(), t.dtype, seed)
+    for a in range(0, flat.numel(), base.numel()):
+        n = min(base.numel(), flat.numel() - a)
+        flat[a:a + n].copy_(base[:n])
 
 
 class ReferenceRollout(ServingMirror):
@@ -59,6 +75,7 @@ class ReferenceRollout(ServingMirror):
     def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234, shard_rank=None):
         """`ignored_layers`: the engine's own exclusion list (default: the config's). `shard_rank(name, rank)`:
         which rank's shard a checkpoint tensor is narrowed to on `rank` (default: its own; a fault breaks it)."""
+        config.spec.require_modelled()
         self.config = config
         self.layout = config.layout
         self.recipe = config.recipe
@@ -132,21 +149,21 @@ class ReferenceRollout(ServingMirror):
         return out
 
     def _init_state(self, seed: int):
-        """Dummy load + first post-processing. Deterministic in the engine's settings, so memoized (the fault
-        matrix builds hundreds of engines); the tensors are copied in, never shared."""
+        """Dummy load + first post-processing (memoized: deterministic in the engine's settings; the tensors are
+        copied in, never shared)."""
         key = (self.config.model, self.recipe, self.tp, self.fp8_modules, self.online_quant,
                tuple(self.post_load.params), seed)
-        init = _INIT_CACHE.get(key)
-        if init is None:
-            self._init_dummy(seed)
-            self._post_process_all()
-            init = _INIT_CACHE[key] = [{n: t.clone() for n, t in p.items()} for p in self.params]
-            if len(_INIT_CACHE) > 32:
-                _INIT_CACHE.pop(next(iter(_INIT_CACHE)))
-        else:
+
+        init = _INIT_CACHE.lookup(key)
+        if init is not None:
             for params, src in zip(self.params, init):
                 for n, t in params.items():
                     t.copy_(src[n])
+            return
+        self._init_dummy(seed)
+        self._post_process_all()
+        if _INIT_CACHE.fits(nbytes(self.params)):
+            _INIT_CACHE.put(key, [{n: t.clone() for n, t in p.items()} for p in self.params])
 
     def _init_dummy(self, seed: int):
         """vLLM `initialize_dummy_weights`: per tensor, reseeded U(-1e-3, 1e-3); FP8 via fp16; e8m0 left as is."""
@@ -155,7 +172,7 @@ class ReferenceRollout(ServingMirror):
                 if t.dtype == torch.float8_e8m0fnu:
                     t.view(torch.uint8).fill_(127)
                     continue
-                t.copy_(_dummy(tuple(t.shape), t.dtype, seed))
+                _fill_dummy(t, seed)
 
     def _ptrs(self) -> dict[str, int]:
         return {rank_name(n, r, self.tp): t.data_ptr() for r, ps in enumerate(self.params) for n, t in ps.items()}
@@ -183,6 +200,8 @@ class ReferenceRollout(ServingMirror):
     def _post_process_all(self):
         for r, params in enumerate(self.params):
             for mod, names in self._modules(r).items():
+                if mod not in self.fp8_modules:
+                    continue                 # post-load of a high-precision module leaves it as it is
                 staged = {n: params[n].clone() for n in names}
                 self._post_process(r, mod, staged, None)
                 for n in names:
@@ -209,10 +228,13 @@ class ReferenceRollout(ServingMirror):
             raise EngineError(rec.errors[-1])
         return pieces
 
-    def _checkpoint_buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        """A fresh checkpoint-format buffer (uninitialised: poison bytes). Online quant loads BF16 weights."""
+    def _checkpoint_buffer(self, name: str, like: torch.Tensor, whole: bool = False) -> torch.Tensor:
+        """A fresh checkpoint-format buffer (uninitialised: poison bytes). Online quant loads BF16 weights.
+        `whole`: the load that creates it writes every byte before anything can read it (the module's only
+        parameter, one piece covering it), so the poison fill is skipped (a 1.2 GB embedding per install)."""
         dtype = torch.bfloat16 if (self.online_quant and self.is_fp8_param(name)) else like.dtype
-        return poison_(torch.empty(like.shape, dtype=dtype))
+        buf = torch.empty(like.shape, dtype=dtype)
+        return buf if whole else poison_(buf)
 
     @contextmanager
     def _with_knobs(self, knobs: dict | None):
@@ -294,9 +316,10 @@ class ReferenceRollout(ServingMirror):
                         rec.dropped_loads.append(rank_name(name, r, self.tp))
                         continue
                     buf = staged[r][mod]
+                    whole = len(modules[r][mod]) == 1 and covers_whole(p, tuple(self.params[r][p.dst].shape))
                     for n in modules[r][mod]:
                         if n not in buf:
-                            buf[n] = self._checkpoint_buffer(n, self.params[r][n])
+                            buf[n] = self._checkpoint_buffer(n, self.params[r][n], whole)
                     written[r][mod] += self._copy_piece(p, tensor, buf[p.dst], name, rec)
                     new_versions[r][p.dst].add(ver)
                     if written[r][mod] >= totals[r][mod]:
@@ -351,7 +374,8 @@ class ReferenceRollout(ServingMirror):
             for n, t in params.items():
                 if is_scale_name(n):
                     continue
-                d[n] = self.recipe.dequantize_weight(t, params[scale_name(n)]) if self.is_fp8_param(n) else t.float()
+                # high precision stays as held (the forward casts at use)
+                d[n] = self.recipe.dequantize_weight(t, params[scale_name(n)]) if self.is_fp8_param(n) else t
             deq.append(d)
         hf = self.layout.vllm_to_hf(self.layout.ranks_to_params(deq), with_scales=False)
         fp8 = frozenset(p.src for p in self.layout.vllm[0] if self.param_module(p.dst) in self.fp8_modules)
@@ -361,7 +385,7 @@ class ReferenceRollout(ServingMirror):
         self._note_generation()
         self.generations.append(Generation(self._updating, served_versions(self.versions)))
         W = self.hf_weights()
-        return [token_logprobs(self.config.spec, W, p) for p in prompts]
+        return prompts_logprobs(self.config.spec, W, prompts)
 
     def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
         """Teacher-forced log-probs of the prompts' tokens, as the sampler scores them."""
@@ -372,13 +396,14 @@ class ReferenceRollout(ServingMirror):
     # -- snapshot ---------------------------------------------------------------------------------------------------
     def kernel_tensors(self, names=None) -> dict[str, torch.Tensor]:
         """What the kernels read (the captured storage), under vLLM names (tp-prefixed when sharded)."""
-        out = {}
-        for r, ps in enumerate(self._graph):
-            for n, t in ps.items():
-                k = rank_name(n, r, self.tp)
-                if names is None or k in names:
-                    out[k] = t.detach().clone()
-        return out
+        return {k: t.clone() for k, t in self.kernel_views(names).items()}
+
+    def kernel_views(self, names=None) -> dict[str, torch.Tensor]:
+        """`kernel_tensors` without the copy, for a comparison made at once in this process (protocol:
+        optional; at real shapes a second copy of the engine state is gigabytes)."""
+        want = None if names is None else set(names)
+        return {rank_name(n, r, self.tp): t.detach() for r, ps in enumerate(self._graph) for n, t in ps.items()
+                if want is None or rank_name(n, r, self.tp) in want}
 
     def state_digests(self) -> dict[str, str]:
         return {rank_name(n, r, self.tp): state_digest(t) for r, ps in enumerate(self._graph) for n, t in ps.items()}

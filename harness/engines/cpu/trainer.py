@@ -10,38 +10,19 @@ from __future__ import annotations
 
 import torch
 
-from functools import lru_cache
-
 from ...config import SyncConfig
-from ...layouts import scale_name
-from ...models import get_model
-from ...numerics.forward import Weights, act_quant, dequantize_state, token_logprobs
+from ...layouts import is_scale_name, scale_name, weight_of_scale
+from ...lazy import LazyMap
+from ...memo import Memo
+from ...numerics.forward import Weights, act_quant, dequantized, prompts_logprobs
 from ...record import TrainerRecord
+from .masters import masters_hf, megatron_masters
 
-
-# The reference trainer is deterministic in (model, seed, step): the fault matrix builds hundreds of them, so
-# masters and their FP8 images are memoized. Callers never mutate cached tensors in place.
-@lru_cache(maxsize=64)
-def megatron_masters(model: str, seed: int, step: int) -> dict:
-    """The deterministic fp32 masters at `step` under Megatron names (the CPU reference and the Megatron/TE trainer
-    both hold exactly these)."""
-    from ...layouts.megatron import megatron_pieces
-    from ...layouts.pieces import disassemble
-    spec = get_model(model)
-    if step == 0:
-        pieces, shapes = megatron_pieces(spec)
-        return {k: v.float() for k, v in disassemble(pieces, spec.init_weights(seed), shapes).items()}
-    # elementwise only: a data-dependent reduction (a mean) rounds differently with the thread count, and the
-    # GPU trainer worker must reproduce these masters bit for bit
-    prev = megatron_masters(model, seed, step - 1)
-    g = torch.Generator().manual_seed(10_000 * (seed + 1) + step - 1)
-    lr = 2e-3
-    return {k: prev[k] + (lr * 10 * 0.05) * torch.randn(prev[k].shape, generator=g) for k in sorted(prev)}
-
-
-def masters_hf(config: SyncConfig, step: int) -> dict:
-    """The fp32 masters at `step` under HF names (both trainers, CPU and Megatron/TE, hold exactly these)."""
-    return config.layout.megatron_to_hf(megatron_masters(config.model, config.seed, step), with_scales=False)
+# The reference trainer is deterministic in (model, seed, step): the fault matrix builds hundreds of them, so the
+# FP8 images and BF16 copies of the masters are memoized, per tensor (high-precision tensors are shared by every
+# recipe), within a byte budget that holds one 1-layer Qwen3-8B export. Callers never mutate them in place.
+FORWARD_MEMO_BYTES = 4 << 30
+_FORWARD = Memo(FORWARD_MEMO_BYTES)
 
 
 def act_quant_kind(config: SyncConfig) -> str:
@@ -49,61 +30,79 @@ def act_quant_kind(config: SyncConfig) -> str:
     return "mxfp8" if config.recipe.granularity == "mxfp8" else "te"
 
 
-_EXPORTS: dict = {}
+def forward_weight(config: SyncConfig, step: int, name: str):
+    """One Megatron tensor of the learner's forward at `step`: (codes, scale_inv) for an FP8 GEMM (TE's quantizer
+    of the BF16 parameter, or of the fp32 master with `fp8_param`), the BF16 parameter otherwise."""
+    c = config
+    if name in c.layout.fp8_megatron:
+        key = (c.model, c.seed, step, name, c.trainer_recipe, c.trainer.fp8_param)
 
-
-@lru_cache(maxsize=4096)
-def _quantized(model: str, seed: int, step: int, name: str, recipe, from_master: bool):
-    m = megatron_masters(model, seed, step)[name]
-    return recipe.quantize_weight(m if from_master else m.to(torch.bfloat16))
+        def quantize():
+            m = megatron_masters(c.model, c.seed, step)[name]
+            return c.trainer_recipe.quantize_weight(m if c.trainer.fp8_param else m.to(torch.bfloat16))
+        return _FORWARD.get(key, quantize)
+    return _FORWARD.get((c.model, c.seed, step, name, "bf16"),
+                        lambda: megatron_masters(c.model, c.seed, step)[name].to(torch.bfloat16))
 
 
 class ReferenceTrainer:
     engine = "cpu-reference-trainer"
 
     def __init__(self, config: SyncConfig):
+        config.spec.require_modelled()
         self.config = config
         self.layout = config.layout
         self.step = 0
-        self.masters = dict(megatron_masters(config.model, config.seed, 0))
         self._fp8_cache: dict | None = None
+
+    @property
+    def masters(self):
+        """The fp32 masters at the current step, Megatron names (generated when read at real shapes)."""
+        return megatron_masters(self.config.model, self.config.seed, self.step)
 
     # -- optimizer ----------------------------------------------------------------------------------------------
     def optimizer_step(self) -> int:
-        """A deterministic update of every master (a stand-in gradient step, lr 2e-3 in `_masters`; what matters
-        here is that every tensor, codes and scales, changes between versions)."""
+        """A deterministic update of every master (a stand-in gradient step, harness.engines.cpu.masters; what
+        matters here is that every tensor, codes and scales, changes between versions)."""
         self.step += 1
-        self.masters = dict(megatron_masters(self.config.model, self.config.seed, self.step))
         self._fp8_cache = None
         return self.step
 
     # -- the learner's FP8 forward weights ----------------------------------------------------------------------
-    def fp8_forward_weights(self) -> dict[str, torch.Tensor]:
-        """Megatron-named: codes + `_scale_inv` for FP8 GEMMs, BF16 for everything else."""
+    def fp8_forward_weights(self, step: int | None = None) -> dict[str, torch.Tensor]:
+        """Megatron-named: codes + `_scale_inv` for FP8 GEMMs, BF16 for everything else (at `step`, default the
+        current one)."""
+        if step is not None and step != self.step:
+            return self._forward_at(step)
         if self._fp8_cache is None:
-            out = {}
-            r = self.config.trainer_recipe
-            for k, m in self.masters.items():
-                if k in self.layout.fp8_megatron:
-                    q, s = _quantized(self.config.model, self.config.seed, self.step, k, r,
-                                      self.config.trainer.fp8_param)
-                    out[k], out[scale_name(k)] = q, s
-                else:
-                    out[k] = m.to(torch.bfloat16)
-            self._fp8_cache = out
+            self._fp8_cache = self._forward_at(self.step)
         return self._fp8_cache
+
+    def _forward_at(self, step: int) -> dict[str, torch.Tensor]:
+        out = {}
+        for k in self.layout.megatron_shapes:
+            w = forward_weight(self.config, step, k)
+            if isinstance(w, tuple):
+                out[k], out[scale_name(k)] = w
+            else:
+                out[k] = w
+        return out
 
     def export_hf(self) -> dict[str, torch.Tensor]:
         """Trainer snapshot in HF names: exactly the bytes the learner's forward uses (a fresh dict; the
         tensors are shared with a memo and must not be written in place)."""
-        c = self.config
-        key = (c.model, c.seed, self.step, c.trainer_recipe, c.trainer.fp8_param, c.fp8_tensors)
-        hit = _EXPORTS.get(key)
-        if hit is None:
-            hit = _EXPORTS[key] = self.layout.megatron_to_hf(self.fp8_forward_weights())
-            if len(_EXPORTS) > 64:
-                _EXPORTS.pop(next(iter(_EXPORTS)))
-        return dict(hit)
+        return self.layout.megatron_to_hf(self.fp8_forward_weights())
+
+    def export_hf_at(self, step: int):
+        """What `export_hf` returned at `step` (the reference is deterministic in the step), as a mapping that
+        makes each tensor when read."""
+        names = list(self.layout.megatron_shapes) + [scale_name(k) for k in self.layout.megatron_shapes
+                                                     if k in self.layout.fp8_megatron]
+
+        def megatron(k):
+            w = forward_weight(self.config, step, weight_of_scale(k) if is_scale_name(k) else k)
+            return w if not isinstance(w, tuple) else (w[1] if is_scale_name(k) else w[0])
+        return self.layout.megatron_to_hf_lazy(LazyMap(names, megatron))
 
     def master_hf(self) -> dict[str, torch.Tensor]:
         return masters_hf(self.config, self.step)
@@ -113,9 +112,9 @@ class ReferenceTrainer:
 
     def forward_weights(self) -> Weights:
         hf = self.export_hf()
-        return Weights(dequantize_state(self.config.recipe, hf, self.config.fp8_tensors), self.config.fp8_tensors,
+        return Weights(dequantized(self.config.recipe, hf, self.config.fp8_tensors), self.config.fp8_tensors,
                        act_quant(act_quant_kind(self.config), self.config.recipe))
 
     def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
         W = self.forward_weights()
-        return [token_logprobs(self.config.spec, W, p) for p in prompts]
+        return prompts_logprobs(self.config.spec, W, prompts)
