@@ -10,6 +10,9 @@ from rich.table import Table
 from .report import console
 
 
+DEVICE_PATH_PARAMS = 200_000_000      # above this the weights travel GPU to GPU by default (--device-path auto)
+
+
 def _count(minimum):
     from . import count
     return count(minimum)
@@ -43,8 +46,18 @@ def run(args) -> int:
     if args.snapshot:
         from ..snapshot import prepare_out_dir
         prepare_out_dir(args.snapshot, "--snapshot")
+    device = args.device_path == "on" or (args.device_path == "auto" and config.spec.num_params() > DEVICE_PATH_PARAMS)
+    if device and args.trainer != "megatron":
+        raise UsageError("--device-path needs the Megatron/TE trainer (its FP8 export stays on the GPU)")
+    if device and args.snapshot:
+        raise UsageError("--snapshot reads the engine state through the host path; use --device-path off")
+    if device:
+        from dataclasses import replace
+        config = replace(config, trainer=replace(config.trainer, device=True))
     report = run_live(config, args.steps, names, probes=not args.no_probes, snapshot_dir=args.snapshot,
-                      trainer=args.trainer, rollout="vllm", rollout_kwargs={"workdir": workdir})
+                      trainer=args.trainer, rollout="vllm", device=device,
+                      rollout_kwargs={"workdir": workdir, "gpu_memory_utilization": args.gpu_memory_utilization})
+    report["path"] = "device" if device else "host"
     return render(report, config, args, workdir)
 
 
@@ -89,6 +102,10 @@ def register(sub, cfg_args):
     p.add_argument("--trainer", choices=["megatron", "cpu-reference"], default="megatron",
                    help="registered trainer engine (cpu-reference: the CPU mirror feeding the real vLLM)")
     p.add_argument("--no-probes", action="store_true")
+    p.add_argument("--device-path", choices=["auto", "on", "off"], default="auto",
+                   help="weights GPU to GPU through CUDA IPC, the pipeline in the trainer's process (auto: for models "
+                        "over 200 M parameters)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.12, help="vLLM's share of the GPU")
     p.add_argument("--workdir")
     p.add_argument("--out", help="JSON report path")
     p.add_argument("--snapshot", metavar="DIR", help="write the last clean sync as a snapshot directory, read "

@@ -88,7 +88,11 @@ def probe_lines(job) -> list[Line]:
     from dataclasses import replace
     from e2e.live import LiveSession
     cfg = replace(job.config, model="tiny-dense" if not job.config.spec.live else job.config.model)
-    with LiveSession(cfg, rollout_kwargs={"workdir": tempfile.mkdtemp(prefix="fp8check-probe-")}) as s:
+    device = cfg.spec.num_params() > 200_000_000     # a real shape: its weights travel GPU to GPU
+    if device:
+        cfg = replace(cfg, trainer=replace(cfg.trainer, device=True))
+    with LiveSession(cfg, device=device, rollout_kwargs={"workdir": tempfile.mkdtemp(prefix="fp8check-probe-"),
+                                                         "gpu_memory_utilization": 0.25 if device else 0.12}) as s:
         s.step()
         o = s.sync("preflight probe", probes=True)
     lines = []
