@@ -25,24 +25,38 @@ live_cli() {   # `fp8check live` on the tiny models (ci/gpu_live.sh)
   OUT=$R/live-cli timeout 420 bash ci/gpu_live.sh "$1" > "$R/live-cli/live-$1.txt" 2>&1
   log "fp8check live ($1): rc $? $(tail -1 "$R/live-cli/live-$1.txt")"
 }
+scale_cli() {   # `fp8check live` at real shapes on the device path (ci/gpu_live.sh scale)
+  mkdir -p "$R/scale"
+  OUT=$R/scale timeout 480 bash ci/gpu_live.sh scale > "$R/scale/live-scale.txt" 2>&1
+  log "fp8check live (real shapes): rc $? $(grep -E '^(OK|FAILED)' "$R/scale/live-scale.txt" | tr '\n' ' ')"
+}
+e2e_live() {
+  mkdir -p "$R/e2e"
+  timeout 520 python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-20}" \
+    --arms bf16,naive-fp8,onpolicy-fp8 --seeds 1 --out "$R/e2e/run" > "$R/e2e/e2e.txt" 2>&1
+  log "fp8check e2e --engine live: rc $? $(tail -2 "$R/e2e/e2e.txt" | tr '\n' ' ')"
+}
 case $CALL in
   1)
     phase numerics 300 &
     phase conformance-dense 420 &
     sleep 40; phase conformance-moe 480 &
     sleep 20; phase live 500 &
-    sleep 60; live_cli dense &
+    sleep 80; live_cli dense &
     wait ;;
   2)
     mkdir -p "$R/bench"; timeout 150 python3 bench/gpu_bench.py --quantize --out "$R/bench/quantize.json" \
-      > "$R/bench/quantize.txt" 2>&1; log "bench quantize: rc $? $(tail -3 "$R/bench/quantize.txt" | tr '\n' ' ')"
+      > "$R/bench/quantize.txt" 2>&1; log "bench quantize: rc $? $(grep -E '^(triton|TE|clone|digest)' "$R/bench/quantize.txt" | tr '\n' ' ' | cut -c1-600)"
     phase serving 420 &
     phase user 300 &
-    sleep 30; phase scale 420 &
+    sleep 45; scale_cli &
     wait ;;
   3)
-    phase e2e 420 &
+    e2e_live &
     live_cli moe &
+    sleep 30; mkdir -p "$R/bench"; timeout 400 python3 bench/gpu_bench.py --sync tiny-dense --sync qwen3-8b \
+      --layers "${SYNC_LAYERS:-12}" --out "$R/bench/sync.json" > "$R/bench/sync.txt" 2>&1
+    log "bench sync: rc $? $(grep -E '^sync' "$R/bench/sync.txt" | cut -c1-400 | tr '\n' ' ')"
     wait ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1

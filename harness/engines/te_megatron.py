@@ -107,11 +107,14 @@ def device_masters(layout, seed: int, step: int, device="cuda", prev: dict | Non
 class MegatronTrainer:
     engine = "megatron-core+transformer-engine"
 
-    def __init__(self, config: SyncConfig, seed: int = 1234, lr: float = 1e-3, max_grad_norm: float = 1.0):
-        """`lr`, `max_grad_norm`: the RL update's AdamW (`train_step`); `optimizer_step` is the deterministic
-        stand-in update the conformance tests compare with the CPU reference."""
+    def __init__(self, config: SyncConfig, seed: int = 1234, lr: float = 1e-3, betas: tuple = (0.9, 0.99),
+                 eps: float = 1e-8, weight_decay: float = 0.0, max_grad_norm: float | None = 1.0):
+        """`lr`, `betas`, `eps`, `weight_decay`, `max_grad_norm`: the RL update's AdamW (`train_step`, as the CPU
+        learner's); `optimizer_step` is the deterministic stand-in update the conformance tests compare with the
+        CPU reference."""
         torch.set_num_threads(4)
-        self.lr, self.max_grad_norm = lr, max_grad_norm
+        self.hparams = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+        self.max_grad_norm = max_grad_norm
         want = trainer_env(config)["NVTE_FP8_BLOCK_SCALING_FP32_SCALES"]
         if os.environ.get("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0") != want:
             raise RuntimeError(f"NVTE_FP8_BLOCK_SCALING_FP32_SCALES must be {want} in this process before "
@@ -255,12 +258,11 @@ class MegatronTrainer:
             m.grad = torch.zeros_like(m) if g is None else g.detach().float()
             grads.append(m.grad)
         norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
-        scale = min(1.0, self.max_grad_norm / (float(norm) + 1e-6))
+        scale = min(1.0, self.max_grad_norm / (float(norm) + 1e-6)) if self.max_grad_norm else 1.0
         for g in grads:
             g.mul_(scale)
         self._rl["t"] += 1
-        adamw_step(list(masters.values()), self._rl["state"], self._rl["t"], lr=self.lr,
-                   betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0)
+        adamw_step(list(masters.values()), self._rl["state"], self._rl["t"], **self.hparams)
         with torch.no_grad():
             for n, m in masters.items():
                 m.grad = None
