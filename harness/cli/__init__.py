@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--allow-unknown", action="store_true", help="exit 0 when checks are only unknown")
     v.set_defaults(fn=cmd_verify)
 
-    from . import faults as faults_cmd, live as live_cmd, preflight as preflight_cmd
+    from . import e2e as e2e_cmd, faults as faults_cmd, live as live_cmd, preflight as preflight_cmd
+    e2e_cmd.register(sub)
     faults_cmd.register(sub)
     live_cmd.register(sub, cfg_args)
     preflight_cmd.register(sub)
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.fn(args)
     except BAD_INPUT as e:

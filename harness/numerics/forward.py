@@ -7,8 +7,9 @@ The point is not bit-exactness with a GPU GEMM (accumulation order differs) but 
 inputs are the bytes each engine holds, so policy probes see exactly the weight mismatch a sync causes.
 
 `logits` takes one sequence (a token list: [T, vocab]) or a batch of equal-length sequences (a LongTensor
-[B, T]: [B, T, vocab]); a batch row computes what the same sequence alone computes. It is differentiable (the
-RL loop's learner trains through it). `Weights.act_dtype` rounds activations the way an engine serving in that
+[B, T]: [B, T, vocab]); a batch row computes what the same sequence alone computes, up to the GEMMs'
+accumulation order (bit-equal on the dense models; MoE rows differ in the last bits). It is differentiable (the
+RL loop's learner trains through it); with a KV cache it decodes one token at a time. `Weights.act_dtype` rounds activations the way an engine serving in that
 dtype stores them (vLLM runs the model in bfloat16: every GEMM reads BF16 inputs and writes BF16 outputs,
 logits included, and the residual stream is BF16); None (the default) keeps everything fp32.
 """
