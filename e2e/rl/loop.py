@@ -76,12 +76,12 @@ def build_batch(prompts: list[list[int]], samples: dict, advantages: torch.Tenso
 
 def sync_verdicts(res) -> dict:
     """A sync's verdict per invariant, and for each failing S invariant how many findings at which stage (the
-    wire, the engine, ...) with its first message."""
+    wire, the engine, ...; "capped": the catalog's "... and N more" summary finding), with the first message."""
     stages: dict = {}
     for f in res.findings:
         if f.verdict == "fail" and f.invariant_id.startswith("S"):
             st = stages.setdefault(f.invariant_id, {})
-            key = f.evidence.get("stage", "-")
+            key = f.evidence.get("stage") or ("capped" if f.message.startswith("... and") else "unstaged")
             st[key] = st.get(key, 0) + 1
     return {"verdicts": by_invariant(res.findings), "fired": res.fired, "unknown": res.unknown, "errors": res.errors,
             "stages": stages, "messages": {f.invariant_id: f.message for f in res.findings
