@@ -119,6 +119,13 @@ def test_clip_diagnostics_split_by_advantage_sign():
     assert math.isnan(only_pos["clip_fraction_neg"])
 
 
+def test_records_are_strict_json():
+    from e2e.rl.loop import jsonable
+    rec = {"clip_fraction_neg": float("nan"), "x": [1.5, float("inf")], "sync": {"verdicts": {"S2": "pass"}}}
+    assert json.loads(json.dumps(jsonable(rec), allow_nan=False)) == \
+        {"clip_fraction_neg": None, "x": [1.5, None], "sync": {"verdicts": {"S2": "pass"}}}
+
+
 def test_calibrated_clip_matches_the_bf16_clip_rate():
     adv = torch.tensor([-1.0, -1.0, -1.0, -1.0, 1.0, 1.0])
     fp8 = torch.tensor([0.70, 0.75, 0.90, 1.00, 1.10, 1.30])
@@ -231,6 +238,9 @@ def test_the_command_writes_records_figures_and_report(tmp_path, capsys):
                "--warmup", "1", "--jobs", "1", "--out", out])
     assert rc in (0, 1)
     lines = open(os.path.join(out, "steps.jsonl")).read().splitlines()
+    strict = json.JSONDecoder(parse_constant=lambda c: pytest.fail(f"steps.jsonl holds {c}: not strict JSON"))
+    for x in lines:
+        strict.decode(x)
     assert len(lines) == 2 * 2 * 2 and {json.loads(x)["arm"] for x in lines} == {"bf16", "onpolicy-fp8"}
     report = open(os.path.join(out, "report.md")).read()
     from PIL import Image

@@ -16,6 +16,7 @@ differences between arms measure the arms, not the luck of the draw.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -155,6 +156,17 @@ def step_record(arm: str, seed: int, step: int, batch: dict, samples: dict, rewa
     return rec
 
 
+def jsonable(obj):
+    """Records as strict JSON: non-finite floats (a clip fraction with no token of that sign) become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
 def _worker(args):
     arm, seed, steps, settings = args
     torch.set_num_threads(1)
@@ -192,8 +204,8 @@ def run_comparison(arms, seeds: int, steps: int, settings: LoopSettings = LoopSe
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "steps.jsonl"), "w") as f:
             for rec in steps_out:
-                f.write(json.dumps(rec, default=float) + "\n")
+                f.write(json.dumps(jsonable(rec), allow_nan=False) + "\n")
         with open(os.path.join(out, "runs.jsonl"), "w") as f:
             for r in runs:
-                f.write(json.dumps(r, default=str) + "\n")
+                f.write(json.dumps(jsonable(r), default=str, allow_nan=False) + "\n")
     return {"runs": runs, "steps": steps_out}

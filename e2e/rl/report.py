@@ -10,6 +10,7 @@ import os
 from .arms import ARMS, SYNC_IDS
 from .claims import VIOLATED
 from .clipping import __doc__ as CLIPPING_DOC
+from .loop import jsonable
 from .metrics import METRICS
 from .plots import PAIRS
 from .stats import arm_summary, finite, paired
@@ -159,7 +160,7 @@ def to_html(doc) -> str:
 def write_report(out: str, runs: list[dict], steps: list[dict], claims: list[dict], meta: dict) -> dict:
     summary, doc = build(runs, steps, claims, meta)
     with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1, default=float)
+        json.dump(jsonable(summary), f, indent=1, allow_nan=False)
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write(to_markdown(doc))
     with open(os.path.join(out, "report.html"), "w") as f:

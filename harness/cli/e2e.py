@@ -99,7 +99,8 @@ def run(args) -> int:
         meta["figures"] = write_plots(res["steps"], args.out, tol.to_dict())
     summary = write_report(args.out, res["runs"], res["steps"], claims, meta)
     if args.json:
-        print(json.dumps(summary, indent=1, default=float))
+        from e2e.rl.loop import jsonable
+        print(json.dumps(jsonable(summary), indent=1, allow_nan=False))
     else:
         t = Table(title=f"fp8check e2e: {', '.join(arms)}; {args.seeds} seed(s) x {args.steps} steps "
                         f"({meta['wall_seconds']:.0f} s)")
