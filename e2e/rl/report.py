@@ -128,7 +128,7 @@ def to_markdown(doc) -> str:
             head, rows = rest
             out.append("| " + " | ".join(head) + " |")
             out.append("|" + "---|" * len(head))
-            out += ["| " + " | ".join(str(c).replace("|", "/") for c in r) + " |" for r in rows]
+            out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
             out.append("")
     return "\n".join(out)
 
