@@ -264,6 +264,12 @@ MODELS: dict[str, ModelSpec] = {
         attn_output_gate=True, live=False,
         default_exclude=("linear_attn.in_proj_qkv", "linear_attn.in_proj_z",
                          "linear_attn.in_proj_a", "linear_attn.in_proj_b")),
+    # The end-to-end RL loop's learner (e2e/rl): a Qwen3-style dense model small enough to train on two CPU
+    # cores in minutes, every GEMM dim still a multiple of 128 (2 heads of 128, q/k/v/o [256, 256], gate/up
+    # [512, 256]: each weight spans several 128x128 blocks). Vocab 128: the digit task's tokens plus unused ones.
+    "tiny-rl": ModelSpec(
+        "tiny-rl", "Qwen3ForCausalLM", "qwen3", vocab_size=128, hidden_size=256, num_heads=2, num_kv_heads=2,
+        intermediate_size=512),
 }
 BUILTIN = tuple(MODELS)      # the embedded tiny models
 

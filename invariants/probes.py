@@ -27,20 +27,39 @@ def prompts_for(vocab_size: int) -> list[list[int]]:
     return [[t % vocab_size for t in p] for p in PROMPTS]
 
 
-def probe_metrics(lp_train: list[torch.Tensor], lp_roll: list[torch.Tensor]) -> dict:
-    """Train-rollout mismatch metrics over the same tokens (also the RL loop's per-step metrics)."""
+def probe_metrics(lp_train: list[torch.Tensor], lp_roll: list[torch.Tensor], advantages: list[torch.Tensor] | None = None,
+                  clip_bounds: tuple[float, float] = (0.8, 1.2)) -> dict:
+    """Train-rollout mismatch metrics over the same tokens (P1's probe, `fp8check live` and the RL loop's
+    per-step metrics all come from here).
+
+    The importance ratio is learner / sampler, exp(lp_train - lp_roll). `token_mult_prob_error` is NeMo-RL's
+    token multiplicative probability error, the mean of exp(|dlogprob|) (its median: `mult_prob_error_median`).
+    `clip_fraction`: tokens with |ratio - 1| > 0.2. With `advantages` (per token, shaped like the log-probs),
+    the PPO clip diagnostics split by advantage sign, for ratio bounds `clip_bounds` = (1 - eps_low,
+    1 + eps_high): `clip_fraction_pos`, the share of positive-advantage tokens above the upper bound, and
+    `clip_fraction_neg`, the share of negative-advantage tokens below the lower bound -- the tokens whose
+    gradient the clipped objective zeroes (nan when there is no token of that sign)."""
     t = torch.cat([x.double() for x in lp_train])
     r = torch.cat([x.double() for x in lp_roll])
     d = r - t
     ratio = torch.exp(t - r)                       # learner / sampler importance ratio
     err = torch.exp(d.abs())                       # token_mult_prob_error
-    return {"tokens": int(t.numel()), "mean_abs_dlogprob": float(d.abs().mean()), "max_abs_dlogprob": float(d.abs().max()),
-            # KL(sampler || learner) on the sampled tokens, k3 estimator: E[(ratio - 1) - log ratio]
-            "kl": float(((ratio - 1) - torch.log(ratio)).mean()),
-            "ratio_mean": float(ratio.mean()), "ratio_p05": float(ratio.quantile(0.05)),
-            "ratio_p50": float(ratio.quantile(0.5)), "ratio_p95": float(ratio.quantile(0.95)),
-            "mult_prob_error_median": float(err.median()),
-            "clip_fraction": float(((ratio - 1).abs() > 0.2).double().mean())}
+    out = {"tokens": int(t.numel()), "mean_abs_dlogprob": float(d.abs().mean()), "max_abs_dlogprob": float(d.abs().max()),
+           # KL(sampler || learner) on the sampled tokens, k3 estimator: E[(ratio - 1) - log ratio]
+           "kl": float(((ratio - 1) - torch.log(ratio)).mean()),
+           "ratio_mean": float(ratio.mean()), "ratio_p05": float(ratio.quantile(0.05)),
+           "ratio_p50": float(ratio.quantile(0.5)), "ratio_p95": float(ratio.quantile(0.95)),
+           "mult_prob_error_median": float(err.median()), "token_mult_prob_error": float(err.mean()),
+           "clip_fraction": float(((ratio - 1).abs() > 0.2).double().mean())}
+    if advantages is not None:
+        a = torch.cat([x.double() for x in advantages])
+        low, high = clip_bounds
+        pos, neg = a > 0, a < 0
+        out.update({"clip_low": float(low), "clip_high": float(high),
+                    "tokens_pos": int(pos.sum()), "tokens_neg": int(neg.sum()),
+                    "clip_fraction_pos": float((ratio[pos] > high).double().mean()) if bool(pos.any()) else float("nan"),
+                    "clip_fraction_neg": float((ratio[neg] < low).double().mean()) if bool(neg.any()) else float("nan")})
+    return out
 
 
 def calibrated_bounds(reference: dict, factor: float = 2.5) -> dict:

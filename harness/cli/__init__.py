@@ -195,8 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--allow-unknown", action="store_true", help="exit 0 when checks are only unknown")
     v.set_defaults(fn=cmd_verify)
 
-    from . import bench as bench_cmd, faults as faults_cmd, live as live_cmd, preflight as preflight_cmd
+    from . import bench as bench_cmd, e2e as e2e_cmd, faults as faults_cmd, live as live_cmd, preflight as preflight_cmd
     bench_cmd.register(sub, count)
+    e2e_cmd.register(sub)
     faults_cmd.register(sub)
     live_cmd.register(sub, cfg_args)
     preflight_cmd.register(sub)
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         rc = args.fn(args)
         sys.stdout.flush()

@@ -62,12 +62,14 @@ def make_engine(kind: str, name: str, config, **kwargs):
 
 
 def _builtin():
+    from .cpu.learner import CpuLearner
     from .cpu.rollout import ReferenceRollout
     from .cpu.trainer import ReferenceTrainer
     from .te_megatron import MegatronTrainer, trainer_env
     from .vllm import VLLMEngine, engine_env
     register_engine("trainer", "cpu-reference", ReferenceTrainer)
     register_engine("rollout", "cpu-reference", ReferenceRollout)
+    register_engine("trainer", "cpu-learner", CpuLearner)
     register_engine("trainer", "megatron", MegatronTrainer, gpu=True, env=trainer_env)
     register_engine("rollout", "vllm", VLLMEngine, gpu=True, env=engine_env)
 

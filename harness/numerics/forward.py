@@ -6,6 +6,13 @@ scale = max(amax, 1e-10) / 448, UE8M0-rounded when DeepGEMM's E8M0 path is on; M
 The point is not bit-exactness with a GPU GEMM (accumulation order differs) but a forward whose only FP8
 inputs are the bytes each engine holds, so policy probes see exactly the weight mismatch a sync causes.
 
+`logits` takes one sequence (a token list: [T, vocab]) or a batch of equal-length sequences (a LongTensor
+[B, T]: [B, T, vocab]); a batch row computes what the same sequence alone computes, up to the GEMMs'
+accumulation order (bit-equal on the dense models; MoE rows differ in the last bits). It is differentiable (the
+RL loop's learner trains through it); with a KV cache it decodes one token at a time. `Weights.act_dtype` rounds activations the way an engine serving in that
+dtype stores them (vLLM runs the model in bfloat16: every GEMM reads BF16 inputs and writes BF16 outputs,
+logits included, and the residual stream is BF16); None (the default) keeps everything fp32.
+
 High-precision weights may stay in the dtype they are held in (BF16): they are cast to fp32 where they are used
 (embedding rows after the lookup, the lm head in vocabulary chunks), which gives the same values as casting them
 first without holding an fp32 copy of a 151936-row vocabulary.
@@ -72,14 +79,19 @@ class Weights:
     tensors: dict[str, torch.Tensor]
     fp8: frozenset                      # names whose GEMM runs in FP8 (activations get fake-quantized)
     act_quant: ActQuant | None
+    act_dtype: torch.dtype | None = None   # activations stored in this dtype (serving engines); None: fp32
+
+    def act(self, x: torch.Tensor) -> torch.Tensor:
+        """An activation as the engine stores it (rounded to `act_dtype`, computed on in fp32)."""
+        return x if self.act_dtype is None else x.to(self.act_dtype).float()
 
     def linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
         w = _f32(self.tensors[name + ".weight"])
         shp = x.shape
-        x2 = x.reshape(-1, shp[-1])
+        x2 = self.act(x.reshape(-1, shp[-1]))
         if name + ".weight" in self.fp8 and self.act_quant is not None:
             x2 = self.act_quant(x2)
-        return (x2 @ w.t()).reshape(*shp[:-1], w.shape[0])
+        return self.act((x2 @ w.t()).reshape(*shp[:-1], w.shape[0]))
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:
@@ -111,41 +123,50 @@ def _rms(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * _f32(w)
 
 
-def _rope(x, theta):                       # x [T, h, D], neox style (rotate halves)
-    T, _, D = x.shape
+def _rope(x, theta, start=0):              # x [..., T, h, D] at positions start.., neox style (rotate halves)
+    T, D = x.shape[-3], x.shape[-1]
     inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
-    ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None]
+    ang = torch.arange(start, start + T, dtype=torch.float32)[:, None] * inv[None]
     cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
 
-def _attention(spec: ModelSpec, W: Weights, x, p):
-    T, D, nh, nkv = x.shape[0], spec.head_dim, spec.num_heads, spec.num_kv_heads
+def _attention(spec: ModelSpec, W: Weights, x, p, cache=None):            # x [..., T, H]
+    lead, T, D, nh, nkv = x.shape[:-2], x.shape[-2], spec.head_dim, spec.num_heads, spec.num_kv_heads
     q = W.linear(x, p + "self_attn.q_proj")
     gate = None
     if spec.attn_output_gate:
-        q, gate = q.view(T, nh, 2 * D).chunk(2, -1)
-        gate = gate.reshape(T, nh * D)
-    q = q.reshape(T, nh, D)
-    k = W.linear(x, p + "self_attn.k_proj").view(T, nkv, D)
-    v = W.linear(x, p + "self_attn.v_proj").view(T, nkv, D)
+        q, gate = q.view(*lead, T, nh, 2 * D).chunk(2, -1)
+        gate = gate.reshape(*lead, T, nh * D)
+    q = q.reshape(*lead, T, nh, D)
+    k = W.linear(x, p + "self_attn.k_proj").view(*lead, T, nkv, D)
+    v = W.linear(x, p + "self_attn.v_proj").view(*lead, T, nkv, D)
     if spec.qk_norm:
-        q = _rms(q, W.tensors[p + "self_attn.q_norm.weight"], spec.rms_norm_eps)
-        k = _rms(k, W.tensors[p + "self_attn.k_norm.weight"], spec.rms_norm_eps)
-    q, k = _rope(q, spec.rope_theta), _rope(k, spec.rope_theta)
+        q = W.act(_rms(q, W.tensors[p + "self_attn.q_norm.weight"], spec.rms_norm_eps))
+        k = W.act(_rms(k, W.tensors[p + "self_attn.k_norm.weight"], spec.rms_norm_eps))
+    cached = cache.get(p) if cache is not None else None
+    start = 0 if cached is None else cached[0].shape[-3]
+    q, k = W.act(_rope(q, spec.rope_theta, start)), W.act(_rope(k, spec.rope_theta, start))
+    if cached is not None:
+        k, v = torch.cat([cached[0], k], -3), torch.cat([cached[1], v], -3)
+    if cache is not None:
+        cache[p] = (k, v)
     rep = nh // nkv
-    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-    att = torch.einsum("thd,shd->hts", q, k) / D ** 0.5
-    att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf")).softmax(-1)
-    o = torch.einsum("hts,shd->thd", att, v).reshape(T, nh * D)
+    k, v = k.repeat_interleave(rep, -2), v.repeat_interleave(rep, -2)
+    att = torch.einsum("...thd,...shd->...hts", q, k) / D ** 0.5
+    causal = torch.triu(torch.ones(T, k.shape[-3], dtype=torch.bool), start + 1)
+    att = att.masked_fill(causal, float("-inf")).softmax(-1)
+    o = W.act(torch.einsum("...hts,...shd->...thd", att, v).reshape(*lead, T, nh * D))
     if gate is not None:
-        o = o * torch.sigmoid(gate)
+        o = W.act(o * torch.sigmoid(gate))
     return W.linear(o, p + "self_attn.o_proj")
 
 
 def _gated_delta_net(spec: ModelSpec, W: Weights, x, p):
-    """Gated delta rule (Qwen3-Next / Qwen3.5 linear attention), recurrent form, one sequence."""
+    """Gated delta rule (Qwen3-Next / Qwen3.5 linear attention), recurrent form, one sequence at a time."""
+    if x.dim() == 3:
+        return torch.stack([_gated_delta_net(spec, W, xb, p) for xb in x])
     la = p + "linear_attn."
     T, Dh = x.shape[0], spec.linear_head_dim
     nk, nv, kd = spec.linear_num_k_heads, spec.linear_num_v_heads, spec.linear_key_dim
@@ -172,10 +193,12 @@ def _gated_delta_net(spec: ModelSpec, W: Weights, x, p):
 
 
 def _swiglu(W: Weights, x, p):
-    return W.linear(F.silu(W.linear(x, p + "gate_proj")) * W.linear(x, p + "up_proj"), p + "down_proj")
+    return W.linear(W.act(F.silu(W.linear(x, p + "gate_proj")) * W.linear(x, p + "up_proj")), p + "down_proj")
 
 
 def _moe(spec: ModelSpec, W: Weights, x, p):
+    if x.dim() == 3:                                           # routing is per token: flatten the batch
+        return _moe(spec, W, x.reshape(-1, x.shape[-1]), p).reshape(x.shape)
     logits = W.linear(x, p + "mlp.gate")                       # router, high precision
     probs = logits.softmax(-1)
     topv, topi = probs.topk(spec.top_k, -1)
@@ -188,7 +211,7 @@ def _moe(spec: ModelSpec, W: Weights, x, p):
     if spec.shared_expert_intermediate_size:
         sg = torch.sigmoid(W.linear(x, p + "mlp.shared_expert_gate"))
         out = out + sg * _swiglu(W, x, p + "mlp.shared_expert.")
-    return out
+    return W.act(out)
 
 
 LM_HEAD_ROWS = 1 << 15        # vocabulary rows cast to fp32 at a time (the tiny models' vocabulary is one chunk)
@@ -208,25 +231,32 @@ def lm_head(xs: list[torch.Tensor], w: torch.Tensor) -> list[torch.Tensor]:
     return [torch.cat(p, -1) for p in parts]
 
 
-def hidden_states(spec: ModelSpec, W: Weights, tokens: list[int]) -> torch.Tensor:
-    """[T, hidden] fp32 final-norm hidden states of one sequence."""
-    x = _f32(W.tensors["model.embed_tokens.weight"][torch.tensor(tokens)])
-    for i, lt in enumerate(spec.layer_types):
-        p = f"model.layers.{i}."
-        h = _rms(x, W.tensors[p + "input_layernorm.weight"], spec.rms_norm_eps)
-        x = x + (_attention(spec, W, h, p) if lt == "full_attention" else _gated_delta_net(spec, W, h, p))
-        h = _rms(x, W.tensors[p + "post_attention_layernorm.weight"], spec.rms_norm_eps)
-        x = x + (_moe(spec, W, h, p) if spec.is_moe else _swiglu(W, h, p + "mlp."))
-    return _rms(x, W.tensors["model.norm.weight"], spec.rms_norm_eps)
-
-
 def _head(spec: ModelSpec, W: Weights) -> torch.Tensor:
     return W.tensors["model.embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"]
 
 
-def logits(spec: ModelSpec, W: Weights, tokens: list[int]) -> torch.Tensor:
-    """[T, vocab] fp32 logits for one sequence."""
-    return lm_head([hidden_states(spec, W, tokens)], _head(spec, W))[0]
+def hidden_states(spec: ModelSpec, W: Weights, tokens, cache: dict | None = None) -> torch.Tensor:
+    """fp32 final-norm hidden states: [T, hidden] for a token list, [B, T, hidden] for a LongTensor [B, T].
+    `cache` (full-attention models only): a dict this call extends with every layer's keys and values, so a
+    later call given only the next tokens continues the same sequences (a decoder's KV cache)."""
+    if cache is not None and any(lt != "full_attention" for lt in spec.layer_types):
+        raise ValueError(f"model {spec.name}: a KV cache needs full-attention layers only")
+    ids = tokens if isinstance(tokens, torch.Tensor) else torch.tensor(tokens)
+    x = W.act(_f32(W.tensors["model.embed_tokens.weight"][ids]))
+    for i, lt in enumerate(spec.layer_types):
+        p = f"model.layers.{i}."
+        h = W.act(_rms(x, W.tensors[p + "input_layernorm.weight"], spec.rms_norm_eps))
+        x = W.act(x + (_attention(spec, W, h, p, cache) if lt == "full_attention" else _gated_delta_net(spec, W, h, p)))
+        h = W.act(_rms(x, W.tensors[p + "post_attention_layernorm.weight"], spec.rms_norm_eps))
+        x = W.act(x + (_moe(spec, W, h, p) if spec.is_moe else _swiglu(W, h, p + "mlp.")))
+    return W.act(_rms(x, W.tensors["model.norm.weight"], spec.rms_norm_eps))
+
+
+def logits(spec: ModelSpec, W: Weights, tokens, cache: dict | None = None) -> torch.Tensor:
+    """fp32 logits: [T, vocab] for one sequence (a token list), [B, T, vocab] for a LongTensor [B, T]."""
+    x = hidden_states(spec, W, tokens, cache)
+    out = lm_head([x.reshape(-1, x.shape[-1])], _head(spec, W))[0]
+    return W.act(out).reshape(*x.shape[:-1], out.shape[-1])
 
 
 def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]]) -> list[torch.Tensor]:
@@ -235,7 +265,7 @@ def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]]) -> l
         xs = [hidden_states(spec, W, p) for p in prompts]
         out = []
         for p, lg in zip(prompts, lm_head(xs, _head(spec, W))):
-            lp = lg.log_softmax(-1)
+            lp = W.act(lg).log_softmax(-1)
             out.append(lp[:-1].gather(-1, torch.tensor(p[1:])[:, None])[:, 0])
     return out
 

@@ -16,12 +16,16 @@ measured on the H200, shared/gpu/README.md):
   sm90 is Triton, which keeps weights as loaded).
 
 Generation reads the tensors captured at start-up (what a CUDA graph holds), not whatever object is
-currently bound to the parameter name.
+currently bound to the parameter name. `sample` (the RL loop's rollout, e2e/rl/engines.py) serves as vLLM does,
+with activations in the model's BF16 dtype (every GEMM reads and writes BF16, logits included);
+`generate_logprobs` keeps the fp32 reference forward the P1 probe bounds were calibrated on.
 """
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from contextlib import contextmanager
+from dataclasses import replace
+
 import torch
 
 from ...config import SyncConfig, matches_any
@@ -33,6 +37,7 @@ from ...memo import Memo, nbytes
 from ...models import LINEAR
 from ...numerics import TRANSFORMS
 from ...numerics.forward import Weights, act_quant, prompts_logprobs
+from ...numerics.sampling import sample
 from ...record import EngineRecord, Generation, UpdateRecord
 from ..protocol import EngineError
 from .serving import ServingMirror
@@ -386,6 +391,19 @@ class ReferenceRollout(ServingMirror):
         self.generations.append(Generation(self._updating, served_versions(self.versions)))
         W = self.hf_weights()
         return prompts_logprobs(self.config.spec, W, prompts)
+
+    serving_dtype = torch.bfloat16        # vLLM runs the model in its torch_dtype
+
+    def sample(self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float = 1.0, seed: int = 0,
+               stop_token: int | None = None) -> dict:
+        """`n` completions per prompt from the installed kernel tensors (e2e/rl/engines.py `RLRollout.sample`):
+        {"tokens", "logprobs": [B, max_tokens], "lengths": [B]}, prompt-major (harness.numerics.sampling)."""
+        if self._updating:
+            raise EngineError("generation requested while a weight update is in progress")
+        self._note_generation()
+        self.generations.append(Generation(self._updating, served_versions(self.versions)))
+        W = replace(self.hf_weights(), act_dtype=self.serving_dtype)
+        return sample(self.config.spec, W, prompts, n, max_tokens, temperature, seed, stop_token).to_dict()
 
     def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
         """Teacher-forced log-probs of the prompts' tokens, as the sampler scores them."""

@@ -1,0 +1,160 @@
+"""CPU learner: a trainable mirror of a Megatron-Core + Transformer Engine FP8 learner, for the end-to-end RL
+loop (e2e/rl). Unlike the reference trainer (a deterministic stand-in update), it really learns:
+
+* fp32 masters under Megatron names (fused `linear_qkv`, `linear_fc1`), initialised exactly as the reference
+  trainer's step 0 (`megatron_masters`), updated by AdamW (one step per `optimizer_step`; `adamw_step` is
+  torch.optim.AdamW's arithmetic, written out because constructing a torch optimizer imports torch._dynamo,
+  seconds per worker process);
+* FP8 forward weights = Transformer Engine's blockwise quantization of the BF16 parameter (`Recipe.quantize_weight`
+  of `master.to(bfloat16)`, fused tensors quantized whole, as TE does; of the fp32 master with `fp8_param`),
+  exactly what the reference trainer exports, so C1 judges it; every other tensor is the BF16 parameter;
+* the forward (harness.numerics.forward) reads exactly those bytes: weights dequantized (codes * scale_inv),
+  activations of every FP8 GEMM fake-quantized as TE does (`act_quant("te", recipe)`: 1x128 blocks), the rest
+  in fp32. Gradients reach the masters through the straight-through estimator (the value is the quantized one,
+  the derivative that of the identity), for weights and activations alike; the backward itself runs in fp32
+  (TE's FP8 dgrad/wgrad GEMMs are not emulated).
+
+`train_step(batch, loss)` is the RL extension the loop needs beyond the trainer protocol (e2e/rl/engines.py
+states it precisely): one forward of the FP8 policy on the batch, the loop's loss, backward, one AdamW step.
+"""
+from __future__ import annotations
+
+import torch
+
+from ...config import SyncConfig
+from ...layouts import scale_name
+from ...numerics.forward import Weights, act_quant, dequantize_state, logits, token_logprobs
+from ...record import TrainerRecord
+from .trainer import act_quant_kind, megatron_masters
+
+
+def adamw_step(params: list, state: list, step: int, lr: float, betas: tuple, eps: float, weight_decay: float):
+    """One AdamW step (Loshchilov & Hutter; torch.optim.AdamW's default, non-amsgrad arithmetic) in place;
+    `state` holds (exp_avg, exp_avg_sq) per parameter, `step` counts from 1."""
+    b1, b2 = betas
+    c1, c2 = 1 - b1 ** step, 1 - b2 ** step
+    with torch.no_grad():
+        for p, (m, v) in zip(params, state):
+            g = p.grad
+            p.mul_(1 - lr * weight_decay)
+            m.lerp_(g, 1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            p.addcdiv_(m, (v.sqrt() / c2 ** 0.5).add_(eps), value=-lr / c1)
+
+
+def straight_through(value: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """`value` in the forward, d/d`source` = identity in the backward. Exact: `source - source.detach()` is +0."""
+    return value.detach() + (source - source.detach())
+
+
+def straight_through_quantizer(quant):
+    """An activation quantizer whose gradient is the identity's (TE's FP8 cast as the backward sees it)."""
+    if quant is None:
+        return None
+    return lambda x: straight_through(quant(x.detach()), x)
+
+
+class CpuLearner:
+    engine = "cpu-learner"
+
+    def __init__(self, config: SyncConfig, *, lr: float = 1e-3, betas: tuple = (0.9, 0.99), eps: float = 1e-8,
+                 weight_decay: float = 0.0, max_grad_norm: float | None = 1.0):
+        self.config = config
+        self.layout = config.layout
+        self.step = 0
+        self.masters = {k: torch.nn.Parameter(v.detach().clone().float())
+                        for k, v in megatron_masters(config.model, config.seed, 0).items()}
+        self.hparams = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+        self.adam_state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in self.masters.values()]
+        self.max_grad_norm = max_grad_norm
+        self._fp8: dict | None = None
+        self._hf: dict | None = None
+
+    # -- optimizer ----------------------------------------------------------------------------------------------
+    def optimizer_step(self) -> int:
+        """One AdamW step with the gradients accumulated since the last step (none: a step on zero gradients),
+        then the gradients are cleared and the FP8 forward weights re-derived from the new masters."""
+        params = list(self.masters.values())
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self.step += 1
+        adamw_step(params, self.adam_state, self.step, **self.hparams)
+        for p in params:
+            p.grad = None
+        self._fp8 = self._hf = None
+        return self.step
+
+    def train_step(self, batch, loss) -> dict:
+        """One RL update (e2e/rl/engines.py `RLTrainer.train_step`): `loss(logprobs, entropy, batch)` on the FP8
+        forward's per-target log-probs [B, T-1] of `batch["sequences"]` (at `batch["temperature"]`), backward,
+        gradient clipping, one AdamW step. Returns the loss's stats plus `grad_norm`, `loss` and the new
+        `version`."""
+        seqs = batch["sequences"]
+        lg = logits(self.config.spec, self.train_weights(), seqs)[:, :-1]
+        lp_all = (lg / batch["temperature"]).log_softmax(-1)
+        lp = lp_all.gather(-1, seqs[:, 1:, None])[..., 0]
+        with torch.no_grad():
+            entropy = -(lp_all.exp() * lp_all).sum(-1)
+        value, stats = loss(lp, entropy, batch)
+        for p in self.masters.values():
+            p.grad = None
+        value.backward()
+        params = list(self.masters.values())
+        norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm) if self.max_grad_norm \
+            else torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+        stats = {**stats, "grad_norm": float(norm), "loss": float(value.detach())}
+        stats["version"] = self.optimizer_step()
+        return stats
+
+    # -- the learner's FP8 forward weights ----------------------------------------------------------------------
+    def fp8_forward_weights(self) -> dict[str, torch.Tensor]:
+        """Megatron-named: codes + `_scale_inv` for FP8 GEMMs (TE's quantizer of the BF16 parameter, or of the
+        fp32 master with fp8_param), the BF16 parameter for everything else."""
+        if self._fp8 is None:
+            out, r = {}, self.config.trainer_recipe
+            for k, p in self.masters.items():
+                m = p.detach()
+                if k in self.layout.fp8_megatron:
+                    out[k], out[scale_name(k)] = r.quantize_weight(m if self.config.trainer.fp8_param
+                                                                   else m.to(torch.bfloat16))
+                else:
+                    out[k] = m.to(torch.bfloat16)
+            self._fp8 = out
+        return self._fp8
+
+    def train_weights(self) -> Weights:
+        """HF-named weights for a differentiable forward: exactly the FP8 forward bytes (dequantized), with the
+        masters' gradients through the straight-through estimator; TE's activation quantizer likewise."""
+        fp8, recipe = self.fp8_forward_weights(), self.config.trainer_recipe
+        fwd = {}
+        for k, p in self.masters.items():
+            v = recipe.dequantize_weight(fp8[k], fp8[scale_name(k)]) if k in self.layout.fp8_megatron \
+                else fp8[k].float()
+            fwd[k] = straight_through(v, p)
+        hf = self.layout.megatron_to_hf(fwd, with_scales=False)
+        quant = act_quant(act_quant_kind(self.config), self.config.recipe)
+        return Weights(hf, self.config.fp8_tensors, straight_through_quantizer(quant))
+
+    def export_hf(self) -> dict[str, torch.Tensor]:
+        """The learner's FP8 forward weights in HF names: exactly the bytes its forward uses (a fresh dict;
+        the tensors are shared with a cache and must not be written in place)."""
+        if self._hf is None:
+            self._hf = self.layout.megatron_to_hf(self.fp8_forward_weights())
+        return dict(self._hf)
+
+    def master_hf(self) -> dict[str, torch.Tensor]:
+        return self.layout.megatron_to_hf({k: p.detach() for k, p in self.masters.items()}, with_scales=False)
+
+    def record(self) -> TrainerRecord:
+        return TrainerRecord(self.engine, self.step, self.config.trainer.fp8_param, act_quant_kind(self.config),
+                             info={"optimizer": "AdamW", **self.hparams})
+
+    def forward_weights(self) -> Weights:
+        hf = self.export_hf()
+        return Weights(dequantize_state(self.config.recipe, hf, self.config.fp8_tensors), self.config.fp8_tensors,
+                       act_quant(act_quant_kind(self.config), self.config.recipe))
+
+    def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
+        W = self.forward_weights()
+        return [token_logprobs(self.config.spec, W, p) for p in prompts]
