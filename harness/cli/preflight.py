@@ -83,6 +83,8 @@ def run(args) -> int:
     for k, v in parse_sets(args.set).items():
         data[k] = v
     if args.model is not None:
+        from ..models import get_model
+        get_model(args.model)                      # a model asked for by name must resolve (exit 2 if not)
         data["fp8check.model"] = args.model        # the job reader's own key for the model (first in precedence)
     env = dict(os.environ)
     for k, v in parse_sets(args.env, "--env").items():
@@ -99,7 +101,7 @@ def run(args) -> int:
         lines += probe_lines(job)
     errors = sum(1 for ln in lines if ln.level == "error")
     summary = {"config": args.config, "resolved": {k: list(v) for k, v in job.sources.items()},
-               "recipe": job.config.recipe.name, "sync_mode": job.config.sync_mode, "gpu_arch": job.config.gpu_arch,
+               "model": job.config.model, "recipe": job.config.recipe.name, "sync_mode": job.config.sync_mode, "gpu_arch": job.config.gpu_arch,
                "errors": errors, "warnings": sum(1 for ln in lines if ln.level == "warning")}
     if args.json:
         print(json.dumps({**summary, "lines": [ln.to_json() for ln in lines]}, indent=1, default=str))

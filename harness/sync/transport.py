@@ -121,7 +121,8 @@ def unpack(buckets: list[bytes], verify_digests: bool = True) -> tuple[Payload, 
             if not n:
                 t = torch.empty(rec.shape, dtype=dt)
             elif (start + off) % torch.empty((), dtype=dt).element_size():      # unaligned: a copy of its own
-                t = torch.frombuffer(bytearray(b[start + off:start + off + n]), dtype=torch.uint8).view(dt).reshape(rec.shape)
+                own = bytearray(b[start + off:start + off + n])
+                t = torch.frombuffer(own, dtype=torch.uint8).view(dt).reshape(rec.shape)
             else:
                 t = torch.frombuffer(b, dtype=torch.uint8, count=n, offset=start + off).view(dt).reshape(rec.shape)
             if not digest_matches(t, rec.digest):
