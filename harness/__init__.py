@@ -7,6 +7,8 @@ Configuration
     SyncConfig            the one object trainer, rollout and checks read (recipe, exclusion set, layout, engines)
     recommended_config    a SyncConfig with the recommended engine settings for a model and recipe
     get_recipe, Recipe    named FP8 recipes (blockwise-fp32, blockwise-pow2, mxfp8)
+    get_model             a model: built-in, shipped real shape (qwen3-8b, qwen3-30b-a3b), NAME@<N>L, or a
+                          config.json / checkpoint path; with_layers(name, N) cuts one to its first N layers
     register_model        make a ModelSpec (e.g. from a config.json) available by name
     spec_from_hf_config   a ModelSpec with the dims of a Hugging Face config.json
 The one road
@@ -36,6 +38,8 @@ _EXPORTS = {
     "recommended_config": ("harness.config", "recommended_config"),
     "get_recipe": ("harness.formats", "get_recipe"),
     "Recipe": ("harness.formats", "Recipe"),
+    "get_model": ("harness.models", "get_model"),
+    "with_layers": ("harness.models", "with_layers"),
     "register_model": ("harness.models", "register_model"),
     "spec_from_hf_config": ("harness.models", "spec_from_hf_config"),
     "run_sync": ("harness.sync.pipeline", "run_sync"),

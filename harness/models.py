@@ -117,15 +117,6 @@ class ModelSpec:
             raise ModelError(f"{self.source or self.name}: {key}: {why}; the reference engines cannot sync this "
                              f"model (pre-flight's shape rules still read its dims)")
 
-    def num_params(self) -> int:
-        n = 0
-        for t in self.tensors():
-            k = 1
-            for d in t.shape:
-                k *= d
-            n += k
-        return n
-
     @property
     def linear_key_dim(self) -> int:
         return self.linear_num_k_heads * self.linear_head_dim
@@ -135,7 +126,14 @@ class ModelSpec:
         return self.linear_num_v_heads * self.linear_head_dim
 
     def tensors(self) -> list[TensorSpec]:
-        """Every checkpoint tensor, in checkpoint order."""
+        """Every checkpoint tensor, in checkpoint order (built once per spec: a full Qwen3-30B-A3B has 18k)."""
+        cached = self.__dict__.get("_tensors")
+        if cached is None:
+            cached = tuple(self._build_tensors())
+            object.__setattr__(self, "_tensors", cached)        # frozen dataclass: a cache, not a field
+        return list(cached)
+
+    def _build_tensors(self) -> list[TensorSpec]:
         H, D = self.hidden_size, self.head_dim
         out = [TensorSpec("model.embed_tokens.weight", (self.vocab_size, H), EMBEDDING)]
         for i, lt in enumerate(self.layer_types):
@@ -204,6 +202,15 @@ class ModelSpec:
 
     def tensor_map(self) -> dict[str, TensorSpec]:
         return {t.name: t for t in self.tensors()}
+
+    def num_params(self) -> int:
+        n = 0
+        for t in self.tensors():
+            k = 1
+            for d in t.shape:
+                k *= d
+            n += k
+        return n
 
     def init_weights(self, seed: int = 0) -> dict[str, torch.Tensor]:
         """Random fp32 masters, one generator through every tensor (the `sequential` scheme; the per-tensor one

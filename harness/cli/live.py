@@ -7,6 +7,7 @@ import tempfile
 
 from rich.table import Table
 
+from ..models import LIVE_ARCHITECTURES
 from .report import console
 
 
@@ -33,7 +34,8 @@ def run(args) -> int:
         raise UsageError(f"live needs the GPU extras ({e.name} is not installed): pip install '.[gpu]'") from None
     if not config.spec.live:
         raise UsageError(f"--model {config.model}: CPU reference only (vLLM 0.26 serves Qwen3.5 only as a multimodal "
-                         f"model); live models: tiny-dense, tiny-moe")
+                         f"model; live: tiny-dense, tiny-moe and {', '.join(LIVE_ARCHITECTURES)} configs without "
+                         f"unmodelled features)")
     from faults import FAULTS, live_faults
     from e2e.live import run_live
     from ..engines.registry import get_engine

@@ -109,6 +109,8 @@ def read_job(args):
     data = load_yaml(args.config)
     sets = parse_sets(args.set)
     if getattr(args, "model", None) is not None:
+        from ..models import get_model
+        get_model(args.model)                       # a model asked for by name must resolve (exit 2 if not)
         sets["fp8check.model"] = args.model         # the job reader's own key for the model (first in precedence)
     env, env_origin = dict(os.environ), {k: "environment" for k in os.environ}
     for item in args.env or []:             # environment values are strings, taken literally (not YAML)
@@ -140,7 +142,7 @@ def run(args) -> int:
         lines += probe_lines(job)
     errors = sum(1 for ln in lines if ln.level == "error")
     summary = {"config": args.config, "stack": job.stack,
-               "resolved": {k: list(v) for k, v in job.sources.items()},
+               "resolved": {k: list(v) for k, v in job.sources.items()}, "model": job.config.model,
                "recipe": job.config.recipe.name, "sync_mode": job.config.sync_mode, "gpu_arch": job.config.gpu_arch,
                "errors": errors, "warnings": sum(1 for ln in lines if ln.level == "warning")}
     if args.json:

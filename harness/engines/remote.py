@@ -12,6 +12,7 @@ the GPU runs.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from .protocol import EngineError
 from .registry import get_engine, make_engine
@@ -29,7 +30,7 @@ def encode(obj, ipc: bool = False):
             return ("__cuda_ipc__", fn, args)
         from ..formats.bytes import as_bytes
         return ("__tensor__", str(obj.dtype).removeprefix("torch."), tuple(obj.shape), as_bytes(obj.cpu()).numpy())
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):          # also the masters made one tensor at a time (harness.lazy.LazyMap)
         return {k: encode(v, ipc) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(encode(v, ipc) for v in obj)

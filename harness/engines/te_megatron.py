@@ -160,7 +160,8 @@ class MegatronTrainer:
             num_experts=spec.num_experts or None, moe_grouped_gemm=spec.is_moe, qk_layernorm=spec.qk_norm)
         self.model = GPTModel(config=self.tcfg, transformer_layer_spec=layer_spec, vocab_size=spec.vocab_size,
                               max_sequence_length=1024, position_embedding_type="rope",
-                              rotary_base=int(spec.rope_theta), share_embeddings_and_output_weights=False).cuda()
+                              rotary_base=int(spec.rope_theta),
+                              share_embeddings_and_output_weights=spec.tie_word_embeddings).cuda()
         names = {n for n, _ in self.model.named_parameters()}
         missing = sorted(set(self.layout.megatron_shapes) - names)
         if missing:

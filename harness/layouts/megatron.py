@@ -8,12 +8,21 @@ as one [N, K] weight each, so exporting them to HF names moves whole 128-row blo
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..models import ModelSpec
 from .pieces import Piece
 
 
 def megatron_pieces(spec: ModelSpec) -> tuple[list[Piece], dict[str, tuple]]:
-    """Pieces from Megatron tensors (src) to HF tensors (dst), and the Megatron tensor shapes."""
+    """Pieces from Megatron tensors (src) to HF tensors (dst), and the Megatron tensor shapes (fresh containers of
+    shared, frozen pieces: built once per spec)."""
+    pieces, shapes = _megatron_pieces(spec)
+    return list(pieces), dict(shapes)
+
+
+@lru_cache(maxsize=32)
+def _megatron_pieces(spec: ModelSpec) -> tuple[tuple[Piece, ...], dict[str, tuple]]:
     hf = spec.tensor_map()
     pieces: list[Piece] = []
     shapes: dict[str, tuple] = {}
@@ -83,4 +92,4 @@ def megatron_pieces(spec: ModelSpec) -> tuple[list[Piece], dict[str, tuple]]:
     whole("decoder.final_layernorm.weight", "model.norm.weight")
     if not spec.tie_word_embeddings:          # tied: Megatron's output layer reads the word embeddings
         whole("output_layer.weight", "lm_head.weight")
-    return pieces, shapes
+    return tuple(pieces), shapes

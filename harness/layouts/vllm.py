@@ -7,6 +7,8 @@ Column-parallel parameters narrow each shard's rows per rank; row-parallel ones 
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..models import EMBEDDING, LINEAR, ModelSpec
 from .pieces import LayoutError, Piece
 
@@ -46,6 +48,11 @@ def split_layer(module: str):
 
 def vllm_module(spec: ModelSpec, hf_module: str) -> tuple[str, object]:
     """HF module name -> (vLLM module name, shard id or expert id)."""
+    return _vllm_module(hf_module)
+
+
+@lru_cache(maxsize=1 << 16)
+def _vllm_module(hf_module: str) -> tuple[str, object]:
     prefix, local = split_layer(hf_module)
     for fused, members in FUSIONS:
         for member, shard in members:

@@ -177,7 +177,8 @@ def _gated_delta_net(spec: ModelSpec, W: Weights, x, p):
     q, k, v = qkv[:, :kd].view(T, nk, Dh), qkv[:, kd:2 * kd].view(T, nk, Dh), qkv[:, 2 * kd:].view(T, nv, Dh)
     z = W.linear(x, la + "in_proj_z").view(T, nv, Dh)
     beta = torch.sigmoid(W.linear(x, la + "in_proj_b"))       # [T, nv]
-    g = -_f32(W.tensors[la + "A_log"]).exp() * F.softplus(W.linear(x, la + "in_proj_a") + _f32(W.tensors[la + "dt_bias"]))
+    dt_bias = _f32(W.tensors[la + "dt_bias"])
+    g = -_f32(W.tensors[la + "A_log"]).exp() * F.softplus(W.linear(x, la + "in_proj_a") + dt_bias)
     q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     q, k = q.repeat_interleave(nv // nk, 1) * Dh ** -0.5, k.repeat_interleave(nv // nk, 1)
     S = torch.zeros(nv, Dh, Dh)

@@ -72,7 +72,8 @@ class FullRead:
         """Parameters whose bytes differ from `before`, read back a few at a time (at real shapes a second full
         copy of the engine state would double the host memory)."""
         # an in-process engine may lend views (compared here at once); others copy to the host
-        read = rollout.kernel_views if callable(getattr(type(rollout), "kernel_views", None)) else rollout.kernel_tensors
+        views = callable(getattr(type(rollout), "kernel_views", None))
+        read = rollout.kernel_views if views else rollout.kernel_tensors
         out, batch, size = [], [], 0
         names = list(before)
         for i, n in enumerate(names):

@@ -135,8 +135,9 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     """One sync of the trainer's current weights into `rollout`, then the catalog.
 
     `config`: as `fault_config` returned it (the engines were built from it). `previous`: the trainer's export
-    before its last step, or a callable that makes it (faults that mix versions draw from it). `naive`: the failure mode the tool exists for
-    (the FP8 forward weight dequantized to BF16 and quantized again by the engine). `direct`: install through
+    before its last step, or a callable that makes it (faults that mix versions draw from it). `naive`: the
+    failure mode the tool exists for (the FP8 forward weight dequantized to BF16 and quantized again by the
+    engine). `direct`: install through
     the model's own load_weights. `capture`: FullRead (default) or DigestFirst."""
     if fault is not None and fault.stage not in STAGES:
         raise ValueError(f"fault {fault.name}: unknown stage {fault.stage!r}")

@@ -149,6 +149,8 @@ def unpack(buckets: list, verify_digests: bool = True) -> tuple[Payload, Receive
                 rep.dropped.append(rec.name)
                 continue
             try:
+                if nbytes and raw.storage_offset() % parse_dtype(rec.dtype).itemsize:
+                    raw = raw.clone()               # unaligned for its dtype: a copy of its own
                 t = raw.view(parse_dtype(rec.dtype)).reshape(rec.shape) if nbytes else \
                     torch.empty(rec.shape, dtype=parse_dtype(rec.dtype), device=b.data.device)
             except (RuntimeError, PayloadError) as e:
