@@ -12,27 +12,29 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 CALL=${1:?call number}
 R=${OUT:-$PWD/gpu-results}/call$CALL; mkdir -p "$R"; export OUT_ROOT=$R
 T0=$(date +%s)
+BUDGET=${PLAN_BUDGET:-590}     # seconds this call may use in all; every time limit below is capped by what is left
+cap() { local left=$(( BUDGET - ($(date +%s) - T0) - 25 )); (( left < $1 )) && echo $(( left > 10 ? left : 10 )) || echo "$1"; }
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$R/summary.txt"; }
 python3 -m ray.scripts.scripts start --head --num-gpus=1 --num-cpus=16 --disable-usage-stats > "$R/ray-start.log" 2>&1 && export RAY_ADDRESS=auto
 log "ray head up (rc $?); $(nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader)"
 phase() {   # phase NAME TIMEOUT: ci/gpu_session.sh NAME into its own directory
-  local name=$1; local t=$2; mkdir -p "$R/$name"
+  local name=$1; local t; t=$(cap "$2"); mkdir -p "$R/$name"
   OUT=$R/$name GPU_TIMEOUT=$t bash ci/gpu_session.sh "$name" > "$R/$name/session.txt" 2>&1
   log "$(grep -E '^=== phase .* summary' "$R/$name/session.txt" | tail -1)"
 }
 live_cli() {   # `fp8check live` on the tiny models (ci/gpu_live.sh)
   mkdir -p "$R/live-cli"
-  OUT=$R/live-cli timeout 420 bash ci/gpu_live.sh "$1" > "$R/live-cli/live-$1.txt" 2>&1
+  OUT=$R/live-cli timeout "$(cap 420)" bash ci/gpu_live.sh "$1" > "$R/live-cli/live-$1.txt" 2>&1
   log "fp8check live ($1): rc $? $(tail -1 "$R/live-cli/live-$1.txt")"
 }
 scale_cli() {   # `fp8check live` at real shapes on the device path (ci/gpu_live.sh scale)
   mkdir -p "$R/scale"
-  OUT=$R/scale timeout 480 bash ci/gpu_live.sh scale > "$R/scale/live-scale.txt" 2>&1
+  OUT=$R/scale timeout "$(cap 480)" bash ci/gpu_live.sh scale > "$R/scale/live-scale.txt" 2>&1
   log "fp8check live (real shapes): rc $? $(grep -E '^(OK|FAILED)' "$R/scale/live-scale.txt" | tr '\n' ' ')"
 }
 e2e_live() {
   mkdir -p "$R/e2e"
-  timeout 520 python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-20}" \
+  timeout "$(cap 520)" python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-20}" \
     --arms bf16,naive-fp8,onpolicy-fp8 --seeds 1 --out "$R/e2e/run" > "$R/e2e/e2e.txt" 2>&1
   log "fp8check e2e --engine live: rc $? $(tail -2 "$R/e2e/e2e.txt" | tr '\n' ' ')"
 }
@@ -54,7 +56,7 @@ case $CALL in
   3)
     e2e_live &
     live_cli moe &
-    sleep 30; mkdir -p "$R/bench"; timeout 400 python3 bench/gpu_bench.py --sync tiny-dense --sync qwen3-8b \
+    sleep 30; mkdir -p "$R/bench"; timeout "$(cap 400)" python3 bench/gpu_bench.py --sync tiny-dense --sync qwen3-8b \
       --layers "${SYNC_LAYERS:-12}" --out "$R/bench/sync.json" > "$R/bench/sync.txt" 2>&1
     log "bench sync: rc $? $(grep -E '^sync' "$R/bench/sync.txt" | cut -c1-400 | tr '\n' ' ')"
     wait ;;
