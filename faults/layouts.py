@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from harness.formats import quantize_blockwise, wire_to_te
+from harness.formats.bytes import roll_rows
 from harness.layouts import scale_name
 
 from .base import Fault, fp8_targets, pick, register, replace_tensor, swap, with_rollout
@@ -85,8 +86,8 @@ register(Fault("megatron_qkv_not_deinterleaved", "layouts", "payload", ("S2", "S
 def _block_shift(c, p, ctx, index=0):
     n = pick([x for x in fp8_targets(c) if c.spec.tensor_map()[x].shape[0] >= 256], index)
     bn = c.recipe.block_shape[0]
-    p = replace_tensor(p, n, torch.roll(p.tensors[n], bn, 0).contiguous())
-    return replace_tensor(p, scale_name(n), torch.roll(p.tensors[scale_name(n)], 1, 0).contiguous())
+    p = replace_tensor(p, n, roll_rows(p.tensors[n], bn))
+    return replace_tensor(p, scale_name(n), roll_rows(p.tensors[scale_name(n)], 1))
 
 
 register(Fault("rows_shifted_one_block", "layouts", "payload", ("S2", "S4"),

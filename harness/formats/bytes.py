@@ -14,6 +14,13 @@ def as_bytes(t: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.uint8)
 
 
+def roll_rows(t: torch.Tensor, shift: int) -> torch.Tensor:
+    """`t` with its rows rotated by `shift`, moved as raw bytes (CUDA has no roll kernel for FP8 dtypes)."""
+    if t.element_size() == 1 and t.dtype != torch.uint8:
+        return torch.roll(t.contiguous().view(torch.uint8), shift, 0).view(t.dtype)
+    return torch.roll(t, shift, 0).contiguous()
+
+
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(as_bytes(a), as_bytes(b))
 
