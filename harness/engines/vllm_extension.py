@@ -179,8 +179,12 @@ class FP8CheckWorkerExtension:
             rec = {}
             for key, attr in (("k", "_k_scale"), ("v", "_v_scale"), ("q", "_q_scale"), ("prob", "_prob_scale")):
                 t = getattr(m, attr, None)
-                rec[key] = float(t.detach().float().reshape(-1)[0]) if isinstance(t, torch.Tensor) and t.numel() \
-                    else None
+                if not isinstance(t, torch.Tensor) or not t.numel():
+                    rec[key] = None
+                elif t.is_meta:        # a layer whose reload never finished holds no scale: NaN, which R1 fails
+                    rec[key] = float("nan")
+                else:
+                    rec[key] = float(t.detach().float().reshape(-1)[0])
             out[name] = rec
         return out
 
