@@ -144,16 +144,18 @@ def run_invariant(inv: Invariant, ctx: CheckContext) -> list[Finding]:
 
 
 def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: Iterable[str] | None = None,
-                static_only: bool = False) -> list[Finding]:
+                static_only: bool = False, force: bool = True) -> list[Finding]:
     """Run the selected invariants. `static_only`: only the rules over the config and the job (no snapshots).
-    Job rules run when the context carries a job (preflight); elsewhere there is no job config to judge."""
+    Job rules run when the context carries a job (preflight); elsewhere there is no job config to judge.
+    `force`: ids named in `ids` run even where their condition does not exist in this configuration (a user asked
+    for them); False makes `ids` a selection only (a caller's default set)."""
     ids = list(ids) if ids is not None else None
     fams = set(families) if families is not None else None
     out = []
     for inv in REGISTRY.values():
         if static_only and inv.scope in ("sync", "differential"):
             continue
-        explicit = ids is not None and inv.id in ids
+        explicit = force and ids is not None and inv.id in ids
         if inv.scope == "job" and ctx.job is None and not explicit:
             continue
         if inv.scope == "differential" and ctx.cold is None and not explicit:

@@ -45,3 +45,18 @@ def test_unpinned_dummy_kv_scale_is_caught():
 def test_every_serving_check_is_in_the_catalog_with_a_source():
     for i in ("R1", "R2", "R3", "R4"):
         assert REGISTRY[i].family == "serving" and REGISTRY[i].source and REGISTRY[i].why
+
+
+def test_check_sync_leaves_kv_scales_alone_on_a_bf16_kv_cache():
+    """Seen on the H200 (2026-12-01): a plain vLLM 0.26 engine with a BF16 KV cache boots its (unread) KV scale
+    buffers at a random dummy value. check_sync's default set judges only conditions the config has; naming R1
+    still runs it."""
+    from harness import check_sync
+    bf16_kv = recommended_config("tiny-dense", "blockwise-fp32")
+    bf16_kv = replace(bf16_kv, rollout=replace(bf16_kv.rollout, pin_kv_scales=False))
+    _, trainer, rollout = reference_sync(bf16_kv)
+    findings = check_sync(rollout, trainer.export_hf(), bf16_kv, on_fail="return")
+    assert findings and "R1" not in {f.invariant_id for f in findings}
+    assert not [f for f in findings if f.verdict == "fail"], findings
+    forced = check_sync(rollout, trainer.export_hf(), bf16_kv, ids=["R1"], on_fail="return")
+    assert forced and all(f.invariant_id == "R1" for f in forced)

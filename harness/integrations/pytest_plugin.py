@@ -97,7 +97,7 @@ class SyncChecker:
         record.version, record.errors, record.poisoned = version, errors, True
         ctx = CheckContext(cfg, None, Snapshot("trainer", weights, self.trainer.record()),
                            Snapshot("rollout", got.tensors, record))
-        findings = run_catalog(ctx, ids=list(ids or STATE_CHECKS))
+        findings = run_catalog(ctx, ids=list(ids or STATE_CHECKS), force=bool(ids))   # defaults: those that apply
         if any(f.verdict == "fail" for f in findings):
             raise SyncCheckFailed(findings)
         return findings
