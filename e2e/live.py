@@ -212,13 +212,14 @@ def run_live(config: SyncConfig, steps: int, faults: list[str] = (), probes: boo
             caught = bool(set(o.fired) & set(f.trips))
             report["faults"].append({"fault": name, "must_trip": list(f.trips),
                                      "verdict": "caught" if caught else "missed", **o.to_json()})
-            again = s.sync(f"clean re-sync after {name}")
+            # with the live probe: on the device path no snapshot reaches the host for P1 to run on
+            again = s.sync(f"clean re-sync after {name}", probes=probes)
             report["syncs"].append(again.to_json())
             if (again.fired or again.unknown) and f.destructive and s.rollout in s._owned:
                 # the fault broke the engine (the checks keep saying so): a fresh one for the next fault
                 report["syncs"][-1]["engine_replaced"] = True
                 s.restart_rollout()
-                report["syncs"].append(s.sync(f"fresh engine after {name}").to_json())
+                report["syncs"].append(s.sync(f"fresh engine after {name}", probes=probes).to_json())
         report["trainer_after"] = s.trainer.record().to_json()
         if snapshot_dir:
             report["snapshot"] = s.write_snapshot(snapshot_dir)
