@@ -46,8 +46,9 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict):
     from dataclasses import replace
     from e2e.live import LiveSession
     from harness.config import recommended_config
-    from harness.models import with_layers
-    name = with_layers(model, layers)
+    from harness.models import get_model, with_layers
+    depth = get_model(model).num_layers
+    name = with_layers(model, None if layers is None else min(layers, depth))   # --layers cuts deeper models only
     cfg = recommended_config(name, "blockwise-fp32")
     cfg = replace(cfg, trainer=replace(cfg.trainer, device=True))
     t0 = time.perf_counter()
@@ -80,7 +81,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quantize", action="store_true")
     ap.add_argument("--sync", action="append", default=[])
-    ap.add_argument("--layers", type=int)
+    ap.add_argument("--layers", type=int, help="cut models deeper than this to this many layers")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()

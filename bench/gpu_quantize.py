@@ -45,6 +45,7 @@ def _time(fn, xs, reps: int = 5) -> float:
 def _te(pow2: bool):
     """TE's Float8BlockQuantizer, rowwise output only (what the Triton kernel writes); both directions if TE
     refuses rowwise-only."""
+    import transformer_engine.pytorch  # noqa: F401 - loads the extension; importing it first fails (H200 bench)
     import transformer_engine_torch as tex
     from transformer_engine.pytorch.tensor.float8_blockwise_tensor import Float8BlockQuantizer
     probe = torch.zeros(256, 256, device="cuda", dtype=torch.bfloat16)

@@ -31,6 +31,7 @@ def trainer_env(config: SyncConfig) -> dict[str, str]:
 def te_quantize_blockwise(x: torch.Tensor, *, pow2: bool, amax_epsilon: float = 0.0, block_scaling_dim: int = 2):
     """Transformer Engine's Float8BlockQuantizer on a CUDA tensor -> (codes, scale_inv wire grid,
     columnwise codes [K, N], columnwise scale_inv wire grid of the transposed data, raw TE rowwise scale)."""
+    import transformer_engine.pytorch  # noqa: F401 - loads the extension; importing it first fails (H200 bench)
     import transformer_engine_torch as tex
     from transformer_engine.pytorch.tensor.float8_blockwise_tensor import Float8BlockQuantizer
     q = Float8BlockQuantizer(tex.DType.kFloat8E4M3, rowwise=True, columnwise=True, amax_epsilon=amax_epsilon,
