@@ -1,9 +1,14 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 | 2 | 3)
-#   1  numerics + vLLM conformance (dense and MoE in parallel) + live suite + `fp8check live` on the tiny models
-#   2  GPU bench (alone first), then the serving phase loop, check_sync on a user's engine, real shapes
-#   3  the end-to-end RL comparison on the real engines, and whatever a budget allows
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 5)
+#   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
+#   2  vLLM conformance on the MoE model, then the live suite
+#   3  `fp8check live` on the tiny models, then the serving phase loop
+#   4  GPU bench, check_sync on a user's engine, real shapes
+#   5  the end-to-end RL comparison on the real engines, then the sync bench
+# On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
+# start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
+# another process allocated or freed GPU memory while an engine was starting.
 # Everything lands in $OUT as one archive per call plus a summary.
 set -uo pipefail
 source /tmp/gpu-env.sh 2>/dev/null
@@ -34,32 +39,24 @@ scale_cli() {   # `fp8check live` at real shapes on the device path (ci/gpu_live
 }
 e2e_live() {
   mkdir -p "$R/e2e"
-  timeout "$(cap 520)" python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-20}" \
+  timeout "$(cap 520)" python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-12}" \
     --arms bf16,naive-fp8,onpolicy-fp8 --seeds 1 --out "$R/e2e/run" > "$R/e2e/e2e.txt" 2>&1
   log "fp8check e2e --engine live: rc $? $(tail -2 "$R/e2e/e2e.txt" | tr '\n' ' ')"
 }
 case $CALL in
-  1)
-    phase numerics 300 &
-    phase conformance-dense 420 &
-    sleep 40; phase conformance-moe 480 &
-    sleep 20; phase live 500 &
-    sleep 80; live_cli dense &
-    wait ;;
-  2)
-    mkdir -p "$R/bench"; timeout 150 python3 bench/gpu_bench.py --quantize --out "$R/bench/quantize.json" \
+  1) phase numerics 300; phase conformance-dense 420 ;;
+  2) phase conformance-moe 420; phase live 500 ;;
+  3) live_cli dense; live_cli moe; phase serving 420 ;;
+  4)
+    mkdir -p "$R/bench"; timeout "$(cap 150)" python3 bench/gpu_bench.py --quantize --out "$R/bench/quantize.json" \
       > "$R/bench/quantize.txt" 2>&1; log "bench quantize: rc $? $(grep -E '^(triton|TE|clone|digest)' "$R/bench/quantize.txt" | tr '\n' ' ' | cut -c1-600)"
-    phase serving 420 &
-    phase user 300 &
-    sleep 45; scale_cli &
-    wait ;;
-  3)
-    e2e_live &
-    live_cli moe &
-    sleep 30; mkdir -p "$R/bench"; timeout "$(cap 400)" python3 bench/gpu_bench.py --sync tiny-dense --sync qwen3-8b \
+    phase user 300; scale_cli ;;
+  5)
+    e2e_live
+    mkdir -p "$R/bench"; timeout "$(cap 400)" python3 bench/gpu_bench.py --sync tiny-dense --sync qwen3-8b \
       --layers "${SYNC_LAYERS:-12}" --out "$R/bench/sync.json" > "$R/bench/sync.txt" 2>&1
-    log "bench sync: rc $? $(grep -E '^sync' "$R/bench/sync.txt" | cut -c1-400 | tr '\n' ' ')"
-    wait ;;
+    log "bench sync: rc $? $(grep -E '^sync' "$R/bench/sync.txt" | cut -c1-400 | tr '\n' ' ')" ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 5, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"
