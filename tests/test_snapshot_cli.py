@@ -180,3 +180,19 @@ def test_verify_junit(snap, tmp_path, capsys):
     j = str(tmp_path / "v.xml")
     assert main(["verify", snap, "--junit", j]) == 0
     assert "<testsuite" in open(j).read()
+
+
+def test_faults_list_names_every_fault_and_which_run_live(capsys):
+    """`fp8check faults --list` is the README's pointer to the fault taxonomy: every registered fault, and the
+    live column agrees with what `fp8check live` would inject into running engines of that model."""
+    import faults
+    from faults.base import live_faults
+    from harness.config import recommended_config
+    from harness.engines.vllm import VLLMEngine
+    assert main(["faults", "--list", "--model", "tiny-moe"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): line.split("│")[6].strip() for line in out.splitlines()
+            if line.startswith("│") and line.split("│")[1].strip()}
+    assert set(faults.FAULTS) <= set(rows)
+    live = set(live_faults(recommended_config("tiny-moe", "blockwise-fp32"), VLLMEngine.knobs, differential=True))
+    assert {n for n in faults.FAULTS if rows[n] == "yes"} == live and live

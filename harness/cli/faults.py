@@ -41,12 +41,17 @@ def run(args) -> int:
         if f not in fault_pkg.FAULTS:
             raise cli.UsageError(f"--fault {f}: unknown fault; `fp8check faults --list` shows them")
     if args.list:
-        t = Table(title="fp8check faults")
+        from ..config import recommended_config
+        from ..engines.registry import get_engine
+        # "live": injectable into running Megatron/TE + vLLM engines of this model and recipe (`fp8check live`)
+        cfg = recommended_config((models or ["tiny-dense"])[0], (args.recipe or ["blockwise-fp32"])[0])
+        knobs = get_engine("rollout", "vllm").factory.knobs
+        t = Table(title=f"fp8check faults ('live': injectable into running engines, {cfg.model}, {cfg.recipe.name})")
         for c in ("fault", "family", "stage", "must trip", "silent", "live", "what"):
             t.add_column(c, overflow="fold")
         for f in fault_pkg.FAULTS.values():
-            t.add_row(f.name, f.family, f.stage, ",".join(f.trips), "yes" if f.silent else "", "yes" if f.live else "",
-                      f.description)
+            t.add_row(f.name, f.family, f.stage, ",".join(f.trips), "yes" if f.silent else "",
+                      "yes" if f.live_injectable(cfg, knobs) else "", f.description)
         console().print(t)
         return 0
     from faults.matrix import memory_workers
