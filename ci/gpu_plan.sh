@@ -1,11 +1,13 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 5)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 6)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
 #   4  GPU bench, check_sync on a user's engine, real shapes
 #   5  the end-to-end RL comparison on the real engines, then the sync bench
+#   6  re-verify what 2026-12-01's run found broken and was fixed after it: `fp8check live` dense (every live
+#      fault), check_sync on a user's engine, real shapes (Qwen3-8B / Qwen3-30B-A3B cut to a few layers)
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -56,7 +58,8 @@ case $CALL in
     mkdir -p "$R/bench"; timeout "$(cap 400)" python3 bench/gpu_bench.py --sync tiny-dense --sync qwen3-8b \
       --layers "${SYNC_LAYERS:-12}" --out "$R/bench/sync.json" > "$R/bench/sync.txt" 2>&1
     log "bench sync: rc $? $(grep -E '^sync' "$R/bench/sync.txt" | cut -c1-400 | tr '\n' ' ')" ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 5, got $CALL" >&2; exit 2 ;;
+  6) live_cli dense; phase user 200; scale_cli ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 6, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"
