@@ -18,6 +18,7 @@ The one road
     DigestFirst, FullRead how the engine state is captured
     check_sync            check a sync your own RL job performed, against a vLLM engine carrying
                           WORKER_EXTENSION (harness.integrations)
+    watch                 instrument such an engine once after start-up (post-load counts, storage moves)
 The catalog
     run_catalog, CheckContext, Finding, CATALOG (the invariants), PASS / FAIL / UNKNOWN
 Engines
@@ -47,6 +48,7 @@ _EXPORTS = {
     "DigestFirst": ("harness.sync.capture", "DigestFirst"),
     "FullRead": ("harness.sync.capture", "FullRead"),
     "check_sync": ("harness.integrations.check", "check_sync"),
+    "watch": ("harness.integrations.check", "watch"),
     "run_catalog": ("invariants", "run_catalog"),
     "CheckContext": ("invariants", "CheckContext"),
     "Finding": ("invariants", "Finding"),

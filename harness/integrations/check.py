@@ -1,7 +1,7 @@
 """check_sync: the catalog after a weight sync a user's own RL job performed.
 
     llm = vllm.LLM(model=..., quantization="fp8", worker_extension_cls=harness.WORKER_EXTENSION)
-    harness.integrations.watch(llm)           # once, after start-up: lifecycle facts (S7) from then on
+    harness.watch(llm)                        # once, after start-up: lifecycle facts (S7) from then on
     ... the job syncs its weights its own way ...
     findings = harness.check_sync(llm, expected, config)     # raises SyncCheckFailed on a FAIL
 
