@@ -19,8 +19,10 @@ from .base import FAULTS, Fault
 STATIC_FAMILIES = ("contract", "exclusion", "alignment")
 TINY_MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
 # host memory of one cell (reference sync + catalog) per model parameter, measured on a 1-layer Qwen3-8B shape
-# (9.1 B/param: the trainer's export, the received buckets, the engine and its captured copy, plus temporaries)
-CELL_BYTES_PER_PARAM = 10
+# (1.44 B parameters, 1.24 B of them the two vocabulary matrices): a clean cell 9.1 B/param (the trainer's export,
+# the received buckets, the engine and its captured copy, plus temporaries); a fault cell (scale_x2_block) passed
+# 24 GB, above 17 B/param, and was killed
+CELL_BYTES_PER_PARAM = 20
 
 
 @dataclass
@@ -113,14 +115,18 @@ def available_memory() -> int:
     return 0
 
 
-def memory_workers(models=None) -> int | None:
-    """How many cells fit in this machine's available memory at once (None: no limit known)."""
+def cell_bytes(models=None) -> int:
+    """Host memory the largest model's cell needs (estimate)."""
     from harness.models import get_model
+    return max(get_model(m).num_params() for m in (models or TINY_MODELS)) * CELL_BYTES_PER_PARAM + (1 << 30)
+
+
+def memory_workers(models=None) -> int | None:
+    """How many cells fit in this machine's available memory at once (0: not one; None: no limit known)."""
     avail = available_memory()
     if not avail:
         return None
-    need = max(get_model(m).num_params() for m in (models or TINY_MODELS)) * CELL_BYTES_PER_PARAM + (1 << 30)
-    return max(1, avail // need)
+    return avail // cell_bytes(models)
 
 
 def run_matrix(models=None, recipes=None, faults=None, workers: int = 1, progress=None) -> list[Cell]:

@@ -286,3 +286,15 @@ def test_p1_holds_and_memory_is_bounded_on_a_126m_dense_model(tmp_path):
     assert abs(got["params"] - 126e6) < 1e6
     assert got["not_pass"] == [], got
     assert got["rss"] < (600 << 20) + 14 * got["params"], got["rss"] / got["params"]
+
+
+def test_faults_refuses_a_model_whose_cell_does_not_fit_in_memory(monkeypatch, capsys):
+    """One matrix cell of a 1-layer Qwen3-8B shape (1.44 B parameters) passed 24 GB on this machine and was killed
+    by the kernel hours in: `faults` refuses it up front, in one line, when the memory is not there."""
+    import faults.matrix
+    from harness.cli import main
+    monkeypatch.setattr(faults.matrix, "available_memory", lambda: 8 << 30)
+    assert main(["faults", "--model", "qwen3-8b", "--layers", "1", "--fault", "scale_x2_block"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "qwen3-8b@1L" in err and "GiB" in err, err
+    assert faults.matrix.memory_workers(["tiny-dense"]) >= 1

@@ -54,8 +54,13 @@ def run(args) -> int:
                       "yes" if f.live_injectable(cfg, knobs) else "", f.description)
         console().print(t)
         return 0
-    from faults.matrix import memory_workers
+    from faults.matrix import available_memory, cell_bytes, memory_workers
     fit = memory_workers(models)
+    if fit == 0:        # refuse up front: the kernel's OOM killer would end the run hours in, with no report
+        raise cli.UsageError(
+            f"--model: one matrix cell of {max(models or [], key=lambda m: get_model(m).num_params(), default='')} "
+            f"needs about {cell_bytes(models) / 2**30:.0f} GiB of host memory, {available_memory() / 2**30:.0f} GiB "
+            f"are available; use fewer --layers, a config.json with a smaller vocabulary, or a larger machine")
     workers = args.workers or min(len(os.sched_getaffinity(0)), 8, fit or 8)
     t0 = time.perf_counter()
     cells = _run_with_progress(args, models, workers, run_matrix)
