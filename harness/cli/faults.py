@@ -46,6 +46,11 @@ def run(args) -> int:
         # "live": injectable into running Megatron/TE + vLLM engines of this model and recipe (`fp8check live`)
         cfg = recommended_config((models or ["tiny-dense"])[0], (args.recipe or ["blockwise-fp32"])[0])
         knobs = get_engine("rollout", "vllm").factory.knobs
+        if args.json:
+            print(json.dumps([{"fault": f.name, "family": f.family, "stage": f.stage, "trips": list(f.trips),
+                               "silent": f.silent, "live": f.live_injectable(cfg, knobs), "description": f.description}
+                              for f in fault_pkg.FAULTS.values()], indent=1))
+            return 0
         t = Table(title=f"fp8check faults ('live': injectable into running engines, {cfg.model}, {cfg.recipe.name})")
         for c in ("fault", "family", "stage", "must trip", "silent", "live", "what"):
             t.add_column(c, overflow="fold")
