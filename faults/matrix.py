@@ -115,10 +115,16 @@ def available_memory() -> int:
     return 0
 
 
+def largest_model(models=None) -> str:
+    """The model with the most parameters: its cells bound the matrix's memory."""
+    from harness.models import get_model
+    return max(models or TINY_MODELS, key=lambda m: get_model(m).num_params())
+
+
 def cell_bytes(models=None) -> int:
     """Host memory the largest model's cell needs (estimate)."""
     from harness.models import get_model
-    return max(get_model(m).num_params() for m in (models or TINY_MODELS)) * CELL_BYTES_PER_PARAM + (1 << 30)
+    return get_model(largest_model(models)).num_params() * CELL_BYTES_PER_PARAM + (1 << 30)
 
 
 def memory_workers(models=None) -> int | None:

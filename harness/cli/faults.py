@@ -46,24 +46,25 @@ def run(args) -> int:
         # "live": injectable into running Megatron/TE + vLLM engines of this model and recipe (`fp8check live`)
         cfg = recommended_config((models or ["tiny-dense"])[0], (args.recipe or ["blockwise-fp32"])[0])
         knobs = get_engine("rollout", "vllm").factory.knobs
+        rows = [{"fault": f.name, "family": f.family, "stage": f.stage, "trips": list(f.trips), "silent": f.silent,
+                 "live": f.live_injectable(cfg, knobs), "description": f.description}
+                for f in fault_pkg.FAULTS.values()]
         if args.json:
-            print(json.dumps([{"fault": f.name, "family": f.family, "stage": f.stage, "trips": list(f.trips),
-                               "silent": f.silent, "live": f.live_injectable(cfg, knobs), "description": f.description}
-                              for f in fault_pkg.FAULTS.values()], indent=1))
+            print(json.dumps(rows, indent=1))
             return 0
         t = Table(title=f"fp8check faults ('live': injectable into running engines, {cfg.model}, {cfg.recipe.name})")
         for c in ("fault", "family", "stage", "must trip", "silent", "live", "what"):
             t.add_column(c, overflow="fold")
-        for f in fault_pkg.FAULTS.values():
-            t.add_row(f.name, f.family, f.stage, ",".join(f.trips), "yes" if f.silent else "",
-                      "yes" if f.live_injectable(cfg, knobs) else "", f.description)
+        for r in rows:
+            t.add_row(r["fault"], r["family"], r["stage"], ",".join(r["trips"]), "yes" if r["silent"] else "",
+                      "yes" if r["live"] else "", r["description"])
         console().print(t)
         return 0
-    from faults.matrix import available_memory, cell_bytes, memory_workers
+    from faults.matrix import available_memory, cell_bytes, largest_model, memory_workers
     fit = memory_workers(models)
     if fit == 0:        # refuse up front: the kernel's OOM killer would end the run hours in, with no report
         raise cli.UsageError(
-            f"--model: one matrix cell of {max(models or [], key=lambda m: get_model(m).num_params(), default='')} "
+            f"--model: one matrix cell of {largest_model(models)} "
             f"needs about {cell_bytes(models) / 2**30:.0f} GiB of host memory, {available_memory() / 2**30:.0f} GiB "
             f"are available; use fewer --layers, a config.json with a smaller vocabulary, or a larger machine")
     workers = args.workers or min(len(os.sched_getaffinity(0)), 8, fit or 8)

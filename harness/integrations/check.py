@@ -44,6 +44,14 @@ class SyncCheckFailed(AssertionError):
         super().__init__(f"{len(bad)} invariant violation(s) [{head}]{more}:\n  " + "\n  ".join(lines))
 
 
+def run_state_checks(ctx, ids=None) -> list:
+    """The state checks over a sync someone else performed. Default: STATE_CHECKS as a selection (those whose
+    condition the config has: R1 on a BF16 KV cache would judge scales no kernel reads; on the H200 a plain vLLM
+    0.26 engine boots them at a random dummy value); `ids` named by the caller run even where it has not."""
+    from invariants import run_catalog
+    return run_catalog(ctx, ids=list(STATE_CHECKS if ids is None else ids), force=ids is not None)
+
+
 def watch(llm) -> list:
     """Instrument a vLLM engine carrying the worker extension (post-load counters, captured storage). Call once
     after start-up; the wrapped hooks behave exactly as before."""
@@ -75,7 +83,7 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     """Run the catalog on `engine`'s state against `expected`. ids: the invariants to run, even where the config
     says their condition is absent (default: STATE_CHECKS, those that apply). on_fail: raise (SyncCheckFailed) |
     log | return."""
-    from invariants import CheckContext, run_catalog
+    from invariants import CheckContext
     from ..record import TrainerRecord
     from ..snapshot.model import Snapshot
     if on_fail not in ("raise", "log", "return"):
@@ -87,9 +95,7 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     got = DigestFirst().capture(config, eng, trainer_hf, record)
     ctx = CheckContext(config, None, Snapshot("trainer", trainer_hf, TrainerRecord("user", version)),
                        Snapshot("rollout", got.tensors, record))
-    # the default set is a selection: R1 on a BF16 KV cache judges scales no kernel reads (on the H200 a plain
-    # vLLM 0.26 engine boots them at a random dummy value), so conditions absent from `config` stay out
-    findings = run_catalog(ctx, ids=list(STATE_CHECKS if ids is None else ids), force=ids is not None)
+    findings = run_state_checks(ctx, ids)
     if any(f.verdict == "fail" for f in findings):
         if on_fail == "raise":
             raise SyncCheckFailed(findings)
@@ -98,4 +104,4 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     return findings
 
 
-__all__ = ["STATE_CHECKS", "SyncCheckFailed", "check_sync", "watch"]
+__all__ = ["STATE_CHECKS", "SyncCheckFailed", "check_sync", "run_state_checks", "watch"]

@@ -67,11 +67,11 @@ class SyncChecker:
         self.config, self.trainer, self.engine = config, trainer, engine
 
     def __call__(self, sync_fn, *, ids=None):
-        from harness.integrations.check import STATE_CHECKS, SyncCheckFailed
+        from harness.integrations.check import SyncCheckFailed, run_state_checks
         from harness.record import Resync
         from harness.snapshot.model import Snapshot
         from harness.sync.capture import FullRead
-        from invariants import CheckContext, run_catalog
+        from invariants import CheckContext
         import torch
         cfg, version = self.config, self.trainer.record().version
         weights = self.trainer.export_hf()
@@ -97,7 +97,7 @@ class SyncChecker:
         record.version, record.errors, record.poisoned = version, errors, True
         ctx = CheckContext(cfg, None, Snapshot("trainer", weights, self.trainer.record()),
                            Snapshot("rollout", got.tensors, record))
-        findings = run_catalog(ctx, ids=list(ids or STATE_CHECKS), force=bool(ids))   # defaults: those that apply
+        findings = run_state_checks(ctx, ids or None)
         if any(f.verdict == "fail" for f in findings):
             raise SyncCheckFailed(findings)
         return findings
