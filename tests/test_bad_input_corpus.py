@@ -47,11 +47,17 @@ def snapdir(tmp_path_factory):
     return d
 
 
-def clone(src, dst):
+def clone(src, dst, *writable):
+    """A copy of the snapshot in which only the manifest and the files named in `writable` are real copies; the
+    other tensor files are symlinks to the fixture's. A full copy per case wrote ~56 MB x 300 cases = 13 GB and
+    filled the CI runner's disk (every later test then errored at set-up)."""
     os.makedirs(dst, exist_ok=True)
     for f in os.listdir(src):
-        with open(os.path.join(src, f), "rb") as a, open(os.path.join(dst, f), "wb") as b:
-            b.write(a.read())
+        if f == "manifest.json" or f in writable:
+            with open(os.path.join(src, f), "rb") as a, open(os.path.join(dst, f), "wb") as b:
+                b.write(a.read())
+        else:
+            os.symlink(os.path.join(src, f), os.path.join(dst, f))
     return dst
 
 
@@ -146,7 +152,7 @@ def _edit_rollout(d, fn):
 
 
 def test_missing_engine_parameter_is_coverage(snapdir, tmp_path):
-    d = clone(snapdir, tmp_path / "s")
+    d = clone(snapdir, tmp_path / "s", "rollout.safetensors")
     _edit_rollout(d, lambda t: t.pop("model.layers.0.self_attn.qkv_proj.weight"))
     rc, out, err = run(["verify", str(d), "--json"])
     rep = json.loads(out)
@@ -157,7 +163,7 @@ def test_missing_engine_parameter_is_coverage(snapdir, tmp_path):
 
 
 def test_unknown_engine_parameter_is_coverage(snapdir, tmp_path):
-    d = clone(snapdir, tmp_path / "s")
+    d = clone(snapdir, tmp_path / "s", "rollout.safetensors")
     _edit_rollout(d, lambda t: t.__setitem__("model.layers.0.mlp.extra.weight", torch.zeros(4, 4)))
     rc, out, _ = run(["verify", str(d), "--json"])
     rep = json.loads(out)
@@ -169,7 +175,7 @@ def test_unknown_engine_parameter_is_coverage(snapdir, tmp_path):
                                   "model.layers.0.self_attn.qkv_proj.weight_scale_inv",
                                   "model.layers.1.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"])
 def test_scalar_where_a_matrix_belongs_never_raises(snapdir, tmp_path, name):
-    d = clone(snapdir, tmp_path / "s")
+    d = clone(snapdir, tmp_path / "s", "rollout.safetensors")
     _edit_rollout(d, lambda t: t.__setitem__(name, torch.zeros((), dtype=t[name].dtype)))
     rc, out, err = run(["verify", str(d), "--json"])
     assert rc == 1 and "check raised" not in out and "Traceback" not in err
@@ -177,7 +183,7 @@ def test_scalar_where_a_matrix_belongs_never_raises(snapdir, tmp_path, name):
 
 
 def test_master_without_model_tensors_is_unknown_not_pass(snapdir, tmp_path):
-    d = clone(snapdir, tmp_path / "s")
+    d = clone(snapdir, tmp_path / "s", "master.safetensors")
     save_file({"junk": torch.zeros(2)}, os.path.join(d, "master.safetensors"))
     rc, out, _ = run(["verify", str(d), "--json"])
     c1 = [f for f in json.loads(out)["findings"] if f["invariant_id"] == "C1"]
@@ -188,7 +194,7 @@ def test_master_without_model_tensors_is_unknown_not_pass(snapdir, tmp_path):
                                    "payload.safetensors", "master.safetensors"])
 @pytest.mark.parametrize("damage", ["missing", "empty", "truncated", "garbage"])
 def test_damaged_snapshot_files(snapdir, tmp_path, fname, damage):
-    d = clone(snapdir, tmp_path / "s")
+    d = clone(snapdir, tmp_path / "s", fname)
     p = os.path.join(d, fname)
     data = open(p, "rb").read()
     if damage == "missing":
