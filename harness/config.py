@@ -3,6 +3,8 @@ keys or nested); the exclusion set, recipe and layout map are derived here once 
 """
 from __future__ import annotations
 
+from .errors import ConfigError  # noqa: F401 - raised here, defined with the other input errors
+
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
@@ -16,8 +18,6 @@ INSTALL_PATHS = ("reload", "load_weights")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")     # vLLM 0.26 raises for fp8_e5m2 with an FP8 checkpoint
 
 
-class ConfigError(ValueError):
-    """The configuration cannot be used; the message names the key and what to do."""
 
 
 @dataclass(frozen=True)

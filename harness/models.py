@@ -13,17 +13,19 @@ tiny-dense (a square projection and q/k of equal size), gate and up share a shap
 """
 from __future__ import annotations
 
+from .errors import ModelError  # noqa: F401 - raised here, defined with the other input errors
+
 import json
 import os
 import re
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:       # shapes and names need no torch: pre-flight reads models without importing it
+    import torch
 
 
-class ModelError(ValueError):
-    """Unknown model name or inconsistent model spec."""
 
 
 # kind of a tensor: decides whether the FP8 recipe can apply to it at all
@@ -216,6 +218,7 @@ class ModelSpec:
         """Random fp32 masters, one generator through every tensor (the `sequential` scheme; the per-tensor one
         is harness.engines.cpu.masters): GEMMs and embeddings ~ N(0, 0.05), norms ~ 1 + N(0, 0.1), A_log / dt_bias
         small."""
+        import torch
         g = torch.Generator().manual_seed(seed)
         out = {}
         for t in self.tensors():

@@ -3,7 +3,6 @@ rule table over the one SyncConfig (preflight resolves env vars and GPU into it)
 the trainer's bytes are the declared recipe applied to its masters."""
 from __future__ import annotations
 
-import torch
 
 from harness.layouts import scale_name
 
@@ -28,6 +27,7 @@ def _arch_major(arch: str) -> int | None:
                "declared recipe applied to the weights, the config describes another trainer. Fix the scale-format / "
                "epsilon settings the trainer runs with.")
 def c1_recipe(ctx: CheckContext):
+    import torch
     cfg, out, n = ctx.config, [], 0
     for name in sorted(cfg.fp8_tensors):
         if name not in ctx.master or name not in ctx.trainer:

@@ -3,13 +3,20 @@ differing element, how many differ) costs a pass over the tensor: checks ask for
 report (`evidence=False` past the cap), and it is found chunk by chunk (harness.bitview)."""
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-from harness.bitview import bit_chunks, bits_equal, bytes_equal, first_difference, value_chunks
-from harness.formats.bytes import as_bytes
+if TYPE_CHECKING:     # heavy imports (torch) happen in the functions that use them: pre-flight imports this without them
+    import torch
+
 from harness.layouts import Piece, rank_name
 
 __all__ = ["bit_diff", "bits_equal", "engine_position", "unravel", "value_diff"]
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype and bytes (harness.bitview.bits_equal, imported when first compared)."""
+    from harness.bitview import bits_equal as equal
+    return equal(a, b)
 
 
 def unravel(flat: int, shape) -> list[int]:
@@ -24,6 +31,7 @@ def unravel(flat: int, shape) -> list[int]:
 def bit_diff(a: torch.Tensor, b: torch.Tensor, evidence: bool = True) -> dict | None:
     """None if a and b are bit-identical, else the first differing element and how many differ (with
     `evidence=False`, only that they differ)."""
+    from harness.bitview import bit_chunks, bits_equal, bytes_equal, first_difference
     if bits_equal(a, b):                  # the common case, one memcmp-like pass
         return None
     if a.shape != b.shape:
@@ -46,6 +54,7 @@ def bit_diff(a: torch.Tensor, b: torch.Tensor, evidence: bool = True) -> dict | 
 
 def value_diff(a: torch.Tensor, b: torch.Tensor, evidence: bool = True) -> dict | None:
     """Like bit_diff on float values (NaN == NaN, -0 == 0)."""
+    from harness.bitview import first_difference, value_chunks
     if a.shape != b.shape:
         return {"reason": "shape", "expected_shape": list(a.shape), "actual_shape": list(b.shape)}
     flat, n = first_difference(value_chunks(a, b))
@@ -59,6 +68,7 @@ def value_diff(a: torch.Tensor, b: torch.Tensor, evidence: bool = True) -> dict 
 
 
 def _show(t: torch.Tensor, flat: int):
+    from harness.formats.bytes import as_bytes
     v = t.reshape(-1)[flat]
     raw = as_bytes(t).reshape(t.numel(), t.element_size())[flat]
     hexs = "".join(f"{int(x):02x}" for x in reversed(raw.tolist()))

@@ -10,10 +10,13 @@ The forward is harness.numerics.forward with each engine's *declared* activation
 """
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:     # heavy imports (torch) happen in the functions that use them: pre-flight imports this without them
+    import torch
+
 
 from harness.layouts import scale_name
-from harness.numerics.forward import Weights, act_quant, prompts_logprobs
 
 from .base import CheckContext, fail, invariant, passed, unknown
 
@@ -39,6 +42,7 @@ def probe_metrics(lp_train: list[torch.Tensor], lp_roll: list[torch.Tensor], adv
     1 + eps_high): `clip_fraction_pos`, the share of positive-advantage tokens above the upper bound, and
     `clip_fraction_neg`, the share of negative-advantage tokens below the lower bound -- the tokens whose
     gradient the clipped objective zeroes (nan when there is no token of that sign)."""
+    import torch
     t = torch.cat([x.double() for x in lp_train])
     r = torch.cat([x.double() for x in lp_roll])
     d = r - t
@@ -86,6 +90,7 @@ def snapshot_logprobs(ctx: CheckContext):
     """(trainer, rollout, floor) log-probs on PROMPTS from the snapshots, or a reason string. FP8 weights enter
     the forward dequantized; high-precision ones as held (BF16, cast to fp32 where the forward uses them: at
     real shapes an fp32 copy of both vocabulary matrices would be 5 GB per side)."""
+    from harness.numerics.forward import Weights, act_quant, prompts_logprobs
     cfg, spec = ctx.config, ctx.config.spec
     tv = {}
     for t in spec.tensors():

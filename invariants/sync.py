@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-import torch
+from typing import TYPE_CHECKING
 
-from harness.formats import E8M0, is_pow2
-from harness.formats.blockwise import pad_blocks
-from harness.bitview import CHUNK, first_difference
-from harness.formats.bytes import is_sentinel
+if TYPE_CHECKING:     # heavy imports (torch) happen in the functions that use them: pre-flight imports this without them
+    import torch
+
+
 from harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
-from harness.numerics import apply_post_load
-from harness.sync.payload import ROLE_FP8, ROLE_HP, expected_wire
 
 from .base import CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff, bits_equal, engine_position, unravel, value_diff
@@ -33,6 +31,8 @@ def _cap(inv_id: str, findings: list):
 
 def _sentinels(t: torch.Tensor) -> tuple[int | None, int]:
     """(flat index of the first element still holding the poison bytes, how many do), chunk by chunk."""
+    from harness.bitview import CHUNK, first_difference
+    from harness.formats.bytes import is_sentinel
     flat = t.reshape(-1)
     return first_difference((a, is_sentinel(flat[a:a + CHUNK]).reshape(-1)) for a in range(0, flat.numel(), CHUNK))
 
@@ -66,6 +66,7 @@ def expected_kernel(ctx: CheckContext, name: str):
     e.g. vLLM's UE8M0 requantization; identity otherwise), in checkpoint coordinates, plus whether a transform
     applied. The transforms are block-local, so applying one per checkpoint tensor equals applying it per fused
     engine parameter. None when the trainer's tensors cannot be transformed (wrong shape: see S4)."""
+    from harness.numerics import apply_post_load
     cache = ctx.__dict__.setdefault("_expected_kernel", {})
     if name not in cache:
         codes, scale = ctx.trainer[name], ctx.trainer[scale_name(name)]
@@ -107,6 +108,7 @@ _TRANSFORMED: dict = {}
 def s1_coverage(ctx: CheckContext):
     """The wire half needs the payload record; a sync fp8check did not carry (check_sync on a user's engine) is
     judged on the engine half alone."""
+    from harness.sync.payload import expected_wire
     out = []
     want = expected_wire(ctx.config)
     meta, rec = ctx.payload.meta if ctx.payload is not None else None, ctx.rollout.meta
@@ -206,6 +208,7 @@ def s2_codes(ctx: CheckContext):
 
 # -- S3 -----------------------------------------------------------------------------------------------------------
 def _scale_values(t: torch.Tensor) -> torch.Tensor:
+    from harness.formats import E8M0
     if t.dtype == E8M0:
         from harness.formats import e8m0_to_float
         return e8m0_to_float(t)
@@ -213,6 +216,8 @@ def _scale_values(t: torch.Tensor) -> torch.Tensor:
 
 
 def diagnose_scale(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
+    import torch
+    from harness.formats import is_pow2
     if expected.shape != actual.shape:
         return None
     e, a = _scale_values(expected), _scale_values(actual)
@@ -236,6 +241,9 @@ def diagnose_scale(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
            "requantization on the way)", needs=("trainer", "rollout"),
            source="fp8check's own")
 def s3_scales(ctx: CheckContext):
+    import torch
+    from harness.formats import E8M0, is_pow2
+    from harness.formats.blockwise import pad_blocks
     out, n_checked = [], 0
     recipe = ctx.config.recipe
     rhf = ctx.rollout_hf
@@ -314,6 +322,7 @@ def s3_scales(ctx: CheckContext):
 
 # -- S4 -----------------------------------------------------------------------------------------------------------
 def diagnose_layout(ctx: CheckContext, name: str, expected: torch.Tensor, actual: torch.Tensor) -> str | None:
+    import torch
     if expected.dim() == 2 and expected.shape[0] == expected.shape[1] and torch.equal(actual, expected.t()):
         return "transposed"
     for t in ctx.config.spec.tensors():           # only same-shape tensors can have been swapped in
@@ -339,6 +348,7 @@ def diagnose_layout(ctx: CheckContext, name: str, expected: torch.Tensor, actual
            "in checkpoint coordinates", needs=("trainer", "rollout"),
            source="fp8check's own")
 def s4_layout(ctx: CheckContext):
+    from harness.formats import E8M0
     out, n_checked = [], 0
     cfg, recipe = ctx.config, ctx.config.recipe
     # wire shapes: weights as in the checkpoint, scales on the unpadded grid
@@ -414,6 +424,7 @@ def _dtype(s: str) -> str:
            "dtype it was sent with", needs=("rollout",),
            source="fp8check's own")
 def s5_dtypes(ctx: CheckContext):
+    from harness.sync.payload import expected_wire
     out = []
     cfg = ctx.config
     want = {n: _dtype(str(dt)) for n, (_, dt) in expected_wire(cfg).items()}
@@ -459,6 +470,7 @@ def expected_fp8_modules(cfg) -> set[str]:
            "(exact names; fused shards share one scheme), all derived from the one config", needs=("rollout",),
            source="fp8check's own")
 def s6_exclusion(ctx: CheckContext):
+    from harness.sync.payload import ROLE_FP8, ROLE_HP
     out = []
     cfg = ctx.config
     if ctx.trainer is not None:

@@ -12,7 +12,7 @@ PACKAGES = ("harness", "invariants", "faults", "e2e")
 
 # lowest first; a module may import its own layer or any lower one (docs/design.md, "Layers")
 LAYERS = [
-    ("harness.formats", "harness.schema", "harness.lazy", "harness.memo"),
+    ("harness.errors", "harness.formats", "harness.schema", "harness.lazy", "harness.memo"),
     ("harness.bitview",),
     ("harness.models", "harness.layouts", "harness.alignment", "harness.digest", "harness.digest_triton"),
     ("harness.config", "harness.numerics"),

@@ -10,20 +10,12 @@ import sys
 
 import yaml
 
-from ..config import ConfigError, SyncConfig
-from ..formats import RECIPES, RecipeError
-from ..layouts import LayoutError
-from ..models import BUILTIN, SHIPPED, ModelError, with_layers
-from ..snapshot import SnapshotError
+from ..config import SyncConfig
+from ..errors import BadInput, ConfigError, UsageError
+from ..formats.recipe import RECIPES
+from ..models import BUILTIN, SHIPPED, with_layers
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
-
-
-class UsageError(ValueError):
-    """Bad command-line input."""
-
-
-BAD_INPUT = (ConfigError, SnapshotError, ModelError, RecipeError, LayoutError, UsageError)
 
 
 # -- config from the command line ---------------------------------------------------------------------------------
@@ -164,7 +156,9 @@ def out_file(path: str | None, what: str) -> str | None:
     return path
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """`command`: the one that will run, when known; commands whose arguments need heavy imports register them
+    only when they are the one."""
     p = OneLineParser(prog="fp8check", description="Correctness harness for FP8 RL weight sync.")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=OneLineParser)
 
@@ -197,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import bench as bench_cmd, e2e as e2e_cmd, faults as faults_cmd, live as live_cmd, preflight as preflight_cmd
     bench_cmd.register(sub, count)
-    e2e_cmd.register(sub)
+    e2e_cmd.register(sub, selected=command == "e2e")
     faults_cmd.register(sub)
     live_cmd.register(sub, cfg_args)
     preflight_cmd.register(sub)
@@ -214,12 +208,13 @@ def _quiet_stdout():
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.argv = argv
     try:
         rc = args.fn(args)
         sys.stdout.flush()
@@ -227,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return 141                      # 128 + SIGPIPE, as a Unix tool killed by a closed pipe
-    except BAD_INPUT as e:
+    except BadInput as e:
         print(f"fp8check {args.cmd}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

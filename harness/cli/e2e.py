@@ -115,12 +115,20 @@ def run(args) -> int:
     return 1 if summary["failed"] else 0
 
 
-def register(sub):
+HELP = "end-to-end RL comparison: bf16 vs naive vs on-policy FP8 (GRPO, checked syncs)"
+
+
+def register(sub, selected: bool = True):
+    """The e2e arguments take their defaults from the RL loop, which imports torch: when another command runs, only
+    the help line is registered (pre-flight must not pay for torch)."""
+    if not selected:
+        sub.add_parser("e2e", help=HELP)
+        return
     from e2e.rl.arms import ARMS, DEFAULT_ARMS
     from e2e.rl.loop import LoopSettings
     from e2e.rl.task import TASKS
     d = LoopSettings()
-    p = sub.add_parser("e2e", help="end-to-end RL comparison: bf16 vs naive vs on-policy FP8 (GRPO, checked syncs)")
+    p = sub.add_parser("e2e", help=HELP)
     p.add_argument("--model", choices=sorted(MODELS), default=d.model)
     p.add_argument("--recipe", choices=sorted(RECIPES), default=d.recipe)
     p.add_argument("--arms", default=",".join(DEFAULT_ARMS),

@@ -1,21 +1,20 @@
 """Recipe: what FP8 format a weight sync carries. One frozen dataclass, validated once; named recipes."""
 from __future__ import annotations
 
+from ..errors import RecipeError  # noqa: F401 - raised here, defined with the other input errors
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:                       # torch is imported where a tensor is made: pre-flight reads recipes without it
+    import torch
 
-from .blockwise import dequantize_blockwise, quantize_blockwise
-from .constants import E8M0, FP8_DTYPES, MX_BLOCK
-from .mxfp8 import dequantize_mxfp8, quantize_mxfp8
-from .per_tensor import dequantize_per_tensor, quantize_per_tensor
+from .constants import FP8_FORMATS, MX_BLOCK
 
 GRANULARITIES = ("block", "mxfp8", "tensor")
 SCALE_FORMATS = ("fp32", "pow2", "e8m0")
 
 
-class RecipeError(ValueError):
-    """A recipe name or field is not valid."""
 
 
 @dataclass(frozen=True)
@@ -29,8 +28,8 @@ class Recipe:
     act_block_shape: tuple[int, int] = (1, 128)     # activations / gradients
 
     def __post_init__(self):
-        if self.fp8_format not in FP8_DTYPES:
-            raise RecipeError(f"recipe {self.name!r}: fp8_format must be one of {sorted(FP8_DTYPES)}, got {self.fp8_format!r}")
+        if self.fp8_format not in FP8_FORMATS:
+            raise RecipeError(f"recipe {self.name!r}: fp8_format must be one of {sorted(FP8_FORMATS)}, got {self.fp8_format!r}")
         if self.granularity not in GRANULARITIES:
             raise RecipeError(f"recipe {self.name!r}: granularity must be one of {GRANULARITIES}, got {self.granularity!r}")
         if self.scale_format not in SCALE_FORMATS:
@@ -52,10 +51,13 @@ class Recipe:
 
     @property
     def fp8_dtype(self) -> torch.dtype:
+        from .constants import FP8_DTYPES
         return FP8_DTYPES[self.fp8_format]
 
     @property
     def scale_dtype(self) -> torch.dtype:
+        import torch
+        from .constants import E8M0
         return E8M0 if self.scale_format == "e8m0" else torch.float32
 
     @property
@@ -68,6 +70,9 @@ class Recipe:
 
     def quantize_weight(self, w: torch.Tensor):
         """The trainer's FP8 forward weight: (codes, scale_inv) in the wire layout."""
+        from .blockwise import quantize_blockwise
+        from .mxfp8 import quantize_mxfp8
+        from .per_tensor import quantize_per_tensor
         if self.granularity == "block":
             return quantize_blockwise(w, self.block_shape, pow2=self.pow2, amax_epsilon=self.amax_epsilon,
                                       fp8_dtype=self.fp8_dtype)
@@ -76,6 +81,9 @@ class Recipe:
         return quantize_per_tensor(w, amax_epsilon=self.amax_epsilon, pow2=self.pow2, fp8_dtype=self.fp8_dtype)
 
     def dequantize_weight(self, codes: torch.Tensor, scale_inv: torch.Tensor) -> torch.Tensor:
+        from .blockwise import dequantize_blockwise
+        from .mxfp8 import dequantize_mxfp8
+        from .per_tensor import dequantize_per_tensor
         if self.granularity == "block":
             return dequantize_blockwise(codes, scale_inv, self.block_shape)
         if self.granularity == "mxfp8":

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:     # torch is imported where a tensor is made (pre-flight imports this without it)
+    import torch
 
 from ..lazy import LazyMap
 from ..models import ModelSpec

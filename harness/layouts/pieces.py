@@ -4,13 +4,16 @@ and its `weight_scale_inv` are rearranged by one rule.
 """
 from __future__ import annotations
 
+from ..errors import LayoutError  # noqa: F401 - raised here, defined with the other input errors
+
 from dataclasses import dataclass
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:     # torch is imported where a tensor is made (pre-flight imports this without it)
+    import torch
 
 
-class LayoutError(ValueError):
-    """A layout cannot be applied: misaligned split, missing tensor, shape mismatch."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ def assemble(pieces, sources: dict[str, torch.Tensor], dst_shapes: dict[str, tup
     """Build every destination tensor from its pieces. `fill` (a scalar) marks rows no piece wrote. A
     destination that is one whole source (an embedding, a norm, an unfused projection) is that source tensor
     itself, not a copy: callers never write the result in place."""
+    import torch
     pieces = list(pieces)
     out: dict[str, torch.Tensor] = {}
     for name, p in _sole(pieces, lambda p: p.dst).items():
@@ -113,6 +117,7 @@ def disassemble(pieces, dests, src_shapes: dict[str, tuple], errors: dict[str, s
     that is the whole of one piece is a view of its destination, not a copy (callers never write it in place).
     errors=None: strict, LayoutError on a missing or misshapen destination. A dict: tolerant, for checks on a
     possibly broken engine: the affected source is left out and the reason recorded under its name."""
+    import torch
     pieces = list(pieces)
     sole = _sole(pieces, lambda p: p.src)
     out: dict[str, torch.Tensor] = {}

@@ -6,6 +6,8 @@ the file and key and what to do; checks never see malformed metadata.
 """
 from __future__ import annotations
 
+from ..errors import SnapshotError  # noqa: F401 - raised here, defined with the other input errors
+
 import json
 import os
 import struct
@@ -27,8 +29,6 @@ FILES = {"master": "master.safetensors", "trainer": "trainer.safetensors", "payl
 MANIFEST = "manifest.json"
 
 
-class SnapshotError(ValueError):
-    """The snapshot directory cannot be read or written."""
 
 
 @dataclass

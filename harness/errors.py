@@ -1,0 +1,33 @@
+"""The errors that mean "the user's input is wrong": a file, key, tensor, model or flag. Each message is one line
+naming it and what to do; the CLI prints it and exits 2 (never a traceback). They live in one torch-free module so
+that the CLI can catch them all without importing the engines' numerics (`fp8check preflight` stays fast), and so
+that the list has one source; each is re-exported from the module that raises it."""
+from __future__ import annotations
+
+
+class BadInput(ValueError):
+    """The user's input cannot be used; the message names it and what to do."""
+
+
+class ConfigError(BadInput):
+    """The configuration cannot be used; the message names the key and what to do."""
+
+
+class SnapshotError(BadInput):
+    """The snapshot directory cannot be read or written."""
+
+
+class ModelError(BadInput):
+    """Unknown model name or inconsistent model spec."""
+
+
+class RecipeError(BadInput):
+    """A recipe name or field is not valid."""
+
+
+class LayoutError(BadInput):
+    """A layout cannot be applied: misaligned split, missing tensor, shape mismatch."""
+
+
+class UsageError(BadInput):
+    """Bad command-line input."""
