@@ -23,9 +23,13 @@ from harness.models import (SHIPPED, ModelError, get_model, register_model, spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# the public config.json values (huggingface.co/Qwen/Qwen3-8B, /Qwen/Qwen3-30B-A3B), written out here, not read
-# from the shipped files, and the public parameter counts (8.2 B, 30.5 B)
+# the public config.json values (huggingface.co/Qwen/Qwen3-8B, /Qwen/Qwen3-30B-A3B, /Qwen/Qwen3-0.6B), written out
+# here, not read from the shipped files, and the public parameter counts (8.2 B, 30.5 B, 0.6 B with tied embeddings)
 PUBLIC = {
+    "qwen3-0.6b": dict(architecture="Qwen3ForCausalLM", model_type="qwen3", hidden_size=1024, num_layers=28,
+                       num_heads=16, num_kv_heads=8, head_dim=128, intermediate_size=3072, vocab_size=151936,
+                       rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True, num_experts=0, qk_norm=True,
+                       max_position_embeddings=40960),
     "qwen3-8b": dict(architecture="Qwen3ForCausalLM", model_type="qwen3", hidden_size=4096, num_layers=36,
                      num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=12288, vocab_size=151936,
                      rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False, num_experts=0, qk_norm=True,
@@ -36,7 +40,7 @@ PUBLIC = {
                           rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False, qk_norm=True,
                           max_position_embeddings=40960),
 }
-PUBLIC_PARAMS = {"qwen3-8b": 8.2e9, "qwen3-30b-a3b": 30.5e9}
+PUBLIC_PARAMS = {"qwen3-0.6b": 0.6e9, "qwen3-8b": 8.2e9, "qwen3-30b-a3b": 30.5e9}
 
 
 def small_config(**kw) -> dict:
