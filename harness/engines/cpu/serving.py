@@ -140,10 +140,15 @@ class ServingMirror:
             key = (tuple(p), max_tokens)
             if key not in self._prefix_cache:
                 W = W or self.hf_weights()
-                seq = list(p)
+                spec = self.config.spec
+                # a decoder's KV cache where every layer is full attention (each token's forward reads the cache,
+                # not the whole sequence again); linear-attention layers recompute the sequence per token
+                kv = {} if all(lt == "full_attention" for lt in spec.layer_types) else None
+                seq, feed = list(p), list(p)
                 for _ in range(max_tokens):
                     with torch.no_grad():
-                        seq.append(int(logits(self.config.spec, W, seq)[-1].argmax()))
+                        seq.append(int(logits(spec, W, feed, kv)[-1].argmax()))
+                    feed = seq[-1:] if kv is not None else seq
                 self._prefix_cache[key] = seq[len(p):]
             out.append(list(self._prefix_cache[key]))
         return out
