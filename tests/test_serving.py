@@ -60,3 +60,23 @@ def test_check_sync_leaves_kv_scales_alone_on_a_bf16_kv_cache():
     assert not [f for f in findings if f.verdict == "fail"], findings
     forced = check_sync(rollout, trainer.export_hf(), bf16_kv, ids=["R1"], on_fail="return")
     assert forced and all(f.invariant_id == "R1" for f in forced)
+
+
+@pytest.mark.parametrize("model", ["tiny-dense", "tiny-moe", "tiny-hybrid"])
+def test_greedy_with_the_kv_cache_picks_the_tokens_of_a_full_recompute(model):
+    """The reference engine's greedy decoding reads a KV cache (full-attention models): each token must be the one
+    a forward over the whole sequence picks (hybrid models recompute; the loop below is the oracle for both)."""
+    import torch
+    from harness.numerics.forward import logits
+    from harness.sync.pipeline import differential_prompts
+    res, _, rollout = reference_sync(recommended_config(model, "blockwise-fp32"), checks=False)
+    spec, W = res.config.spec, rollout.hf_weights()
+    prompts = differential_prompts(spec.vocab_size)
+    want = []
+    for p in prompts:
+        seq = list(p)
+        with torch.no_grad():
+            for _ in range(6):
+                seq.append(int(logits(spec, W, seq)[-1].argmax()))
+        want.append(seq[len(p):])
+    assert rollout.greedy(prompts, max_tokens=6) == want
