@@ -3,21 +3,18 @@ keys or nested); the exclusion set, recipe and layout map are derived here once 
 """
 from __future__ import annotations
 
-from .errors import ConfigError  # noqa: F401 - raised here, defined with the other input errors
-
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
+from .errors import ConfigError  # noqa: F401 - raised here, defined with the other input errors
 from .formats import Recipe, RecipeError, get_recipe
 from .models import LINEAR, ModelError, ModelSpec, get_model
 
 SYNC_MODES = ("onpolicy", "naive")
 INSTALL_PATHS = ("reload", "load_weights")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")     # vLLM 0.26 raises for fp8_e5m2 with an FP8 checkpoint
-
-
 
 
 @dataclass(frozen=True)

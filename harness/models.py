@@ -13,8 +13,6 @@ tiny-dense (a square projection and q/k of equal size), gate and up share a shap
 """
 from __future__ import annotations
 
-from .errors import ModelError  # noqa: F401 - raised here, defined with the other input errors
-
 import json
 import os
 import re
@@ -25,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:       # shapes and names need no torch: pre-flight reads models without importing it
     import torch
 
-
+from .errors import ModelError  # noqa: F401 - raised here, defined with the other input errors
 
 
 # kind of a tensor: decides whether the FP8 recipe can apply to it at all

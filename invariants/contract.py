@@ -3,7 +3,6 @@ rule table over the one SyncConfig (preflight resolves env vars and GPU into it)
 the trainer's bytes are the declared recipe applied to its masters."""
 from __future__ import annotations
 
-
 from harness.layouts import scale_name
 
 from .base import CheckContext, fail, invariant, passed, unknown

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:     # heavy imports (torch) happen in the functions that use them: pre-flight imports this without them
+if TYPE_CHECKING:     # torch and the numerics are imported in the checks that compute: pre-flight imports this without them
     import torch
 
 from harness.layouts import Piece, rank_name

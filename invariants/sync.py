@@ -7,12 +7,10 @@ the config declares and applying the post-load transform the engine declares. No
 from __future__ import annotations
 
 from collections import Counter
-
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:     # heavy imports (torch) happen in the functions that use them: pre-flight imports this without them
+if TYPE_CHECKING:     # torch and the numerics are imported in the checks that compute: pre-flight imports this without them
     import torch
-
 
 from harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
 

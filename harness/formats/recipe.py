@@ -1,20 +1,17 @@
 """Recipe: what FP8 format a weight sync carries. One frozen dataclass, validated once; named recipes."""
 from __future__ import annotations
 
-from ..errors import RecipeError  # noqa: F401 - raised here, defined with the other input errors
-
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:                       # torch is imported where a tensor is made: pre-flight reads recipes without it
     import torch
 
+from ..errors import RecipeError  # noqa: F401 - raised here, defined with the other input errors
 from .constants import FP8_FORMATS, MX_BLOCK
 
 GRANULARITIES = ("block", "mxfp8", "tensor")
 SCALE_FORMATS = ("fp32", "pow2", "e8m0")
-
-
 
 
 @dataclass(frozen=True)

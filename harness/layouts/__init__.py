@@ -3,7 +3,6 @@ rollout engine (vLLM parameters, per tensor-parallel rank). Built once per SyncC
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:     # torch is imported where a tensor is made (pre-flight imports this without it)

@@ -4,16 +4,13 @@ and its `weight_scale_inv` are rearranged by one rule.
 """
 from __future__ import annotations
 
-from ..errors import LayoutError  # noqa: F401 - raised here, defined with the other input errors
-
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:     # torch is imported where a tensor is made (pre-flight imports this without it)
     import torch
 
-
+from ..errors import LayoutError  # noqa: F401 - raised here, defined with the other input errors
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,6 @@ the file and key and what to do; checks never see malformed metadata.
 """
 from __future__ import annotations
 
-from ..errors import SnapshotError  # noqa: F401 - raised here, defined with the other input errors
-
 import json
 import os
 import struct
@@ -18,6 +16,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
+from ..errors import SnapshotError  # noqa: F401 - raised here, defined with the other input errors
 from ..record import EngineRecord, PayloadMeta, TrainerRecord
 from ..schema import SchemaError, from_data
 from .model import Snapshot
@@ -27,8 +26,6 @@ FORMAT_VERSION = 2          # 2: typed records (harness.record), algorithm-tagge
 FILES = {"master": "master.safetensors", "trainer": "trainer.safetensors", "payload": "payload.safetensors",
          "rollout": "rollout.safetensors"}
 MANIFEST = "manifest.json"
-
-
 
 
 @dataclass
