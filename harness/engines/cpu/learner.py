@@ -23,9 +23,9 @@ import torch
 
 from ...config import SyncConfig
 from ...layouts import scale_name
-from ...numerics.forward import Weights, act_quant, dequantize_state, logits, token_logprobs
+from ...numerics.forward import Weights, act_quant, logits, prompts_logprobs
 from ...record import TrainerRecord
-from .trainer import act_quant_kind, megatron_masters
+from .trainer import act_quant_kind, forward_state, megatron_masters, policy_weights, te_forward_weight
 
 
 def adamw_step(params: list, state: list, step: int, lr: float, betas: tuple, eps: float, weight_decay: float):
@@ -109,18 +109,11 @@ class CpuLearner:
 
     # -- the learner's FP8 forward weights ----------------------------------------------------------------------
     def fp8_forward_weights(self) -> dict[str, torch.Tensor]:
-        """Megatron-named: codes + `_scale_inv` for FP8 GEMMs (TE's quantizer of the BF16 parameter, or of the
-        fp32 master with fp8_param), the BF16 parameter for everything else."""
+        """Megatron-named: codes + `_scale_inv` for FP8 GEMMs, the BF16 parameter for everything else (the
+        reference trainer's rule, `te_forward_weight`, over this learner's masters)."""
         if self._fp8 is None:
-            out, r = {}, self.config.trainer_recipe
-            for k, p in self.masters.items():
-                m = p.detach()
-                if k in self.layout.fp8_megatron:
-                    out[k], out[scale_name(k)] = r.quantize_weight(m if self.config.trainer.fp8_param
-                                                                   else m.to(torch.bfloat16))
-                else:
-                    out[k] = m.to(torch.bfloat16)
-            self._fp8 = out
+            self._fp8 = forward_state(self.masters,
+                                      lambda k: te_forward_weight(self.config, k, self.masters[k].detach()))
         return self._fp8
 
     def train_weights(self) -> Weights:
@@ -151,10 +144,7 @@ class CpuLearner:
                              info={"optimizer": "AdamW", **self.hparams})
 
     def forward_weights(self) -> Weights:
-        hf = self.export_hf()
-        return Weights(dequantize_state(self.config.recipe, hf, self.config.fp8_tensors), self.config.fp8_tensors,
-                       act_quant(act_quant_kind(self.config), self.config.recipe))
+        return policy_weights(self.config, self.export_hf())
 
     def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
-        W = self.forward_weights()
-        return [token_logprobs(self.config.spec, W, p) for p in prompts]
+        return prompts_logprobs(self.config.spec, self.forward_weights(), prompts)

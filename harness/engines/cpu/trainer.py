@@ -30,19 +30,42 @@ def act_quant_kind(config: SyncConfig) -> str:
     return "mxfp8" if config.recipe.granularity == "mxfp8" else "te"
 
 
-def forward_weight(config: SyncConfig, step: int, name: str):
-    """One Megatron tensor of the learner's forward at `step`: (codes, scale_inv) for an FP8 GEMM (TE's quantizer
-    of the BF16 parameter, or of the fp32 master with `fp8_param`), the BF16 parameter otherwise."""
-    c = config
-    if name in c.layout.fp8_megatron:
-        key = (c.model, c.seed, step, name, c.trainer_recipe, c.trainer.fp8_param)
+def te_forward_weight(config: SyncConfig, name: str, master: torch.Tensor):
+    """What Transformer Engine's forward holds for one Megatron tensor given its fp32 master: (codes, scale_inv)
+    for an FP8 GEMM (TE's quantizer of the BF16 parameter, or of the fp32 master with `fp8_param`), the BF16
+    parameter otherwise. The one rule for the reference trainer and the CPU learner."""
+    if name in config.layout.fp8_megatron:
+        return config.trainer_recipe.quantize_weight(master if config.trainer.fp8_param else master.to(torch.bfloat16))
+    return master.to(torch.bfloat16)
 
-        def quantize():
-            m = megatron_masters(c.model, c.seed, step)[name]
-            return c.trainer_recipe.quantize_weight(m if c.trainer.fp8_param else m.to(torch.bfloat16))
-        return _FORWARD.get(key, quantize)
-    return _FORWARD.get((c.model, c.seed, step, name, "bf16"),
-                        lambda: megatron_masters(c.model, c.seed, step)[name].to(torch.bfloat16))
+
+def forward_weight(config: SyncConfig, step: int, name: str):
+    """One Megatron tensor of the reference learner's forward at `step` (`te_forward_weight` of its master),
+    memoized."""
+    c = config
+    key = (c.model, c.seed, step, name) + ((c.trainer_recipe, c.trainer.fp8_param) if name in c.layout.fp8_megatron
+                                           else ("bf16",))
+    return _FORWARD.get(key, lambda: te_forward_weight(c, name, megatron_masters(c.model, c.seed, step)[name]))
+
+
+def forward_state(names, weight) -> dict[str, torch.Tensor]:
+    """A Megatron-named forward state: codes + `_scale_inv` for each FP8 GEMM, the BF16 parameter for the rest;
+    `weight(name)` is one tensor's forward weight (`te_forward_weight`'s result)."""
+    out = {}
+    for k in names:
+        w = weight(k)
+        if isinstance(w, tuple):
+            out[k], out[scale_name(k)] = w
+        else:
+            out[k] = w
+    return out
+
+
+def policy_weights(config: SyncConfig, hf) -> Weights:
+    """The forward over a learner's HF-named export, as the probes read it: FP8 weights dequantized (when first
+    read), TE's activation quantizer on every FP8 GEMM."""
+    return Weights(dequantized(config.recipe, hf, config.fp8_tensors), config.fp8_tensors,
+                   act_quant(act_quant_kind(config), config.recipe))
 
 
 class ReferenceTrainer:
@@ -79,14 +102,7 @@ class ReferenceTrainer:
         return self._fp8_cache
 
     def _forward_at(self, step: int) -> dict[str, torch.Tensor]:
-        out = {}
-        for k in self.layout.megatron_shapes:
-            w = forward_weight(self.config, step, k)
-            if isinstance(w, tuple):
-                out[k], out[scale_name(k)] = w
-            else:
-                out[k] = w
-        return out
+        return forward_state(self.layout.megatron_shapes, lambda k: forward_weight(self.config, step, k))
 
     def export_hf(self) -> dict[str, torch.Tensor]:
         """Trainer snapshot in HF names: exactly the bytes the learner's forward uses (a fresh dict; the
@@ -111,10 +127,7 @@ class ReferenceTrainer:
         return TrainerRecord(self.engine, self.step, self.config.trainer.fp8_param, act_quant_kind(self.config))
 
     def forward_weights(self) -> Weights:
-        hf = self.export_hf()
-        return Weights(dequantized(self.config.recipe, hf, self.config.fp8_tensors), self.config.fp8_tensors,
-                       act_quant(act_quant_kind(self.config), self.config.recipe))
+        return policy_weights(self.config, self.export_hf())
 
     def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
-        W = self.forward_weights()
-        return prompts_logprobs(self.config.spec, W, prompts)
+        return prompts_logprobs(self.config.spec, self.forward_weights(), prompts)
