@@ -131,8 +131,9 @@ class ServingMirror:
 
     # -- serving ----------------------------------------------------------------------------------------------
     def greedy(self, prompts: list[list[int]], max_tokens: int = 8) -> list[list[int]]:
-        """Greedy decoding of the engine's kernel tensors; a repeated prompt hits the prefix cache."""
-        from ...numerics.forward import logits
+        """Greedy decoding of the engine's kernel tensors (temperature-0 `sample`, which reads a KV cache where
+        the model allows); a repeated prompt hits the prefix cache."""
+        from ...numerics.sampling import sample
         self._note_generation()
         out = []
         W = None
@@ -140,16 +141,8 @@ class ServingMirror:
             key = (tuple(p), max_tokens)
             if key not in self._prefix_cache:
                 W = W or self.hf_weights()
-                spec = self.config.spec
-                # a decoder's KV cache where every layer is full attention (each token's forward reads the cache,
-                # not the whole sequence again); linear-attention layers recompute the sequence per token
-                kv = {} if all(lt == "full_attention" for lt in spec.layer_types) else None
-                seq, feed = list(p), list(p)
-                for _ in range(max_tokens):
-                    with torch.no_grad():
-                        seq.append(int(logits(spec, W, feed, kv)[-1].argmax()))
-                    feed = seq[-1:] if kv is not None else seq
-                self._prefix_cache[key] = seq[len(p):]
+                self._prefix_cache[key] = sample(self.config.spec, W, [list(p)], 1, max_tokens, temperature=0.0
+                                                 ).tokens[0].tolist()
             out.append(list(self._prefix_cache[key]))
         return out
 
