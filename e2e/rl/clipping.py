@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import torch
 
+from harness.engines.cpu.rollout import ReferenceRollout
 from harness.numerics.forward import Weights, logits
 
-SERVING_DTYPE = torch.bfloat16       # the rollout engine's activations (ReferenceRollout.serving_dtype)
+SERVING_DTYPE = ReferenceRollout.serving_dtype       # the rollout engine's activations (BF16, as vLLM serves)
 
 
 def calibrate_clip(ratio: torch.Tensor, reference: torch.Tensor, advantages: torch.Tensor, low: float,

@@ -150,7 +150,7 @@ def step_record(arm: str, seed: int, step: int, batch: dict, samples: dict, rewa
            "reward": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
            "accuracy": float((rewards == 1.0).double().mean()), "entropy": stats["entropy"],
            "response_length": float(samples["lengths"].double().mean()), "loss": stats["loss"],
-           "grad_norm": stats["grad_norm"], **{k: v for k, v in m.items()},
+           "grad_norm": stats["grad_norm"], **m,
            **{k: v for k, v in stats.items() if k.startswith("calib_")},
            "sync": sync_verdicts(res)}
     return rec
