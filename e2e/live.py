@@ -13,8 +13,7 @@ from harness.config import SyncConfig
 from harness.engines.remote import Remote
 from harness.snapshot import Snapshot, snapshot_manifest, write_snapshot_dir
 from harness.sync.pipeline import DigestFirst, fault_config, run_sync
-from invariants import FAIL, UNKNOWN, run_catalog
-from invariants.probes import calibrated_bounds
+from invariants import FAIL, UNKNOWN
 
 
 @dataclass
@@ -78,7 +77,7 @@ class LiveSession:
         self.rollout_info = {"engine": self.rollout.engine, "knobs": sorted(self.rollout.knobs)}
         self.version = self.trainer_info["version"]
         self.previous_hf = None
-        self.probe_bounds = None
+        self.probe_bounds = None         # P1 bounds fixed before the run (None: P1 derives them per sync)
         self.last_clean = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -129,47 +128,32 @@ class LiveSession:
     def sync(self, label: str = "clean", fault=None, naive: bool = False, probes: bool = False, check_ids=None,
              direct: bool = False) -> SyncOutcome:
         """One sync of the trainer's current weights through the pipeline, optionally through a fault (it must be
-        injectable into these running engines: `Fault.live_injectable`), then the checks."""
+        injectable into these running engines: `Fault.live_injectable`), then the checks. With `probes`, P1 judges
+        the engines' own log-probs against a bound it derives for this sync from the trainer's bytes (never from
+        an earlier sync's measurement); `probe_bounds`, set before the run, fixes the bounds instead."""
         if fault is not None and not fault.live_injectable(self.config, self.rollout.knobs):
             raise LookupError(f"{fault.name}: not injectable into the running engines (needs other engines)")
+        probes = probes or (fault is not None and "P1" in fault.declared)    # its catch reads the engines' outputs
         if self.device:
             d = self._device_sync(fault, naive, direct, probes, check_ids)
-            findings = d["findings"]
-            if probes and self.probe_bounds is None and fault is None and not naive and not direct and \
-                    not {f.invariant_id for f in findings if f.verdict == FAIL and f.invariant_id != "P1"}:
-                self.probe_bounds = calibrated_bounds(d["probes"])
-                findings = [f for f in findings if f.invariant_id != "P1"] + self._p1(d["probes"])
-            out = SyncOutcome(label, d["version"], findings, d["fetched"], d["params"], d["seconds"],
+            out = SyncOutcome(label, d["version"], d["findings"], d["fetched"], d["params"], d["seconds"],
                               d["errors"][0] if d["errors"] else None, d["probes"])
-            out.extra.update(mismatching_params=d["mismatching"], probe_bounds=self.probe_bounds,
-                             payload_bytes=d["payload_bytes"], path="device")
-            return out
-        cfg = fault_config(self.config, fault)
-        res = run_sync(cfg, self.trainer, self.rollout, fault=fault, capture=DigestFirst(), previous=self.previous_hf,
-                       naive=naive, direct=direct, probes=probes, probe_bounds=self.probe_bounds, check_ids=check_ids)
-        findings = res.findings
-        if probes and self.probe_bounds is None and fault is None and not naive and not direct and \
-                not {f.invariant_id for f in findings if f.verdict == FAIL and f.invariant_id != "P1"}:
-            # the first verified on-policy pass calibrates the probe bounds for this model and engine pair
-            self.probe_bounds = calibrated_bounds(res.probes)
-            findings = [f for f in findings if f.invariant_id != "P1"] + run_catalog(
-                res.context(self.probe_bounds), ids=["P1"])
-            res.findings = findings
-        if fault is None and not naive and not direct:
-            self.last_clean = res                  # what `write_snapshot` records (the engine holds this sync)
-        out = SyncOutcome(label, res.version, findings, res.fetched, res.params, res.seconds,
-                          res.errors[0] if res.errors else None, res.probes)
-        out.extra["mismatching_params"] = res.mismatching[:20]
-        out.extra["probe_bounds"] = self.probe_bounds
+            out.extra.update(mismatching_params=d["mismatching"], payload_bytes=d["payload_bytes"], path="device")
+        else:
+            cfg = fault_config(self.config, fault)
+            res = run_sync(cfg, self.trainer, self.rollout, fault=fault, capture=DigestFirst(),
+                           previous=self.previous_hf, naive=naive, direct=direct, probes=probes,
+                           probe_bounds=self.probe_bounds, check_ids=check_ids)
+            if fault is None and not naive and not direct:
+                self.last_clean = res                  # what `write_snapshot` records (the engine holds this sync)
+            out = SyncOutcome(label, res.version, res.findings, res.fetched, res.params, res.seconds,
+                              res.errors[0] if res.errors else None, res.probes)
+            out.extra["mismatching_params"] = res.mismatching[:20]
+        p1 = next((f for f in out.findings if f.invariant_id == "P1"), None)
+        if p1 is not None:
+            out.extra["probe_bounds"] = p1.evidence.get("bounds")
+            out.extra["probe_floor"] = p1.evidence.get("floor")
         return out
-
-    def _p1(self, metrics) -> list:
-        """P1 on probe metrics alone (the snapshots stayed on the device)."""
-        from harness.record import EngineRecord
-        from invariants import CheckContext
-        ctx = CheckContext(self.config, trainer=Snapshot("trainer", {}), rollout=Snapshot("rollout", {},
-                           EngineRecord(self.rollout.engine)), probes=metrics, probe_bounds=self.probe_bounds)
-        return run_catalog(ctx, ids=["P1"])
 
     def write_snapshot(self, out: str) -> str:
         """The last clean sync as a snapshot directory that `fp8check verify` checks later, elsewhere: the
@@ -209,9 +193,9 @@ def run_live(config: SyncConfig, steps: int, faults: list[str] = (), probes: boo
             except LookupError as e:           # no target for this fault in this model
                 report["faults"].append({"fault": name, "verdict": "n/a", "detail": str(e)})
                 continue
-            caught = bool(set(o.fired) & set(f.trips))
-            report["faults"].append({"fault": name, "must_trip": list(f.trips),
-                                     "verdict": "caught" if caught else "missed", **o.to_json()})
+            report["faults"].append({"fault": name, "must_trip": list(f.trips), "may_trip": list(f.may),
+                                     "verdict": f.verdict(o.fired), "undeclared": f.undeclared(o.fired),
+                                     **o.to_json()})
             # with the live probe: on the device path no snapshot reaches the host for P1 to run on
             again = s.sync(f"clean re-sync after {name}", probes=probes)
             report["syncs"].append(again.to_json())

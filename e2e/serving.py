@@ -78,15 +78,14 @@ def phase_loop(config: SyncConfig, *, steps: int = 3, levels=(1, 2), faults=SERV
                     report["faults"].append({"fault": name, "verdict": "n/a"})
                     continue
                 s.step()
-                if "R3" in f.trips:
+                if "R3" in f.declared:
                     r = cold_warm(config, s.trainer, s.rollout, cold, fault=f, capture=DigestFirst(),
                                   previous=s.previous_hf)
                     fired = _verdicts(r.findings)
                 else:
                     fired = _verdicts(s.sync(name, fault=f).findings)
                 report["faults"].append({"fault": name, "must_trip": list(f.trips),
-                                         "verdict": "caught" if set(fired["fired"]) & set(f.trips) else "missed",
-                                         **fired})
+                                         "verdict": f.verdict(fired["fired"]), **fired})
                 # the repair an RL loop makes anyway: a sleep/wake cycle (scales pinned again), then a clean sync
                 s.rollout.sleep(1)
                 s.rollout.wake()

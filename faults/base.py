@@ -1,5 +1,7 @@
 """Fault (nemesis) core: a fault is a named, parameterised change at one stage of a sync, declaring the
-invariants it must trip. Faults never import checks' internals; checks never import faults. The pipeline
+invariants that must all fire on it (`trips`) and, apart, those that may also fire (`may`: consequences that
+depend on the model or recipe). A fault is caught only when every invariant in `trips` fired (`Fault.verdict`);
+some but not all is a partial catch, which fails the matrix like a miss. Faults never import checks' internals; checks never import faults. The pipeline
 (harness.sync.pipeline) is the only code that interprets a stage:
 
   config   apply(config) -> config                         a misconfigured job: everything is built from it
@@ -34,7 +36,7 @@ class Fault:
     name: str
     family: str
     stage: str
-    trips: tuple[str, ...]              # invariant ids; at least one must fire
+    trips: tuple[str, ...]              # invariant ids that must all fire
     description: str
     apply: Callable | None = None
     applies: Callable[[SyncConfig], bool] = lambda c: True
@@ -43,6 +45,7 @@ class Fault:
     knobs: dict | None = None           # engine stage: what a running engine is told to do wrong for one install
     destructive: bool = False           # may leave a real engine needing a repair (runs last live)
     params: dict = field(default_factory=dict)
+    may: tuple[str, ...] = ()           # invariant ids that may also fire (never required, never a surprise)
 
     def __post_init__(self):
         if self.stage not in STAGES:
@@ -50,6 +53,21 @@ class Fault:
         needs_apply = not (self.stage in ("engine", "serving") and self.knobs)
         if (self.apply is not None) != needs_apply:
             raise ValueError(f"fault {self.name}: an engine fault has knobs or an engine factory; others an apply")
+
+    @property
+    def declared(self) -> tuple[str, ...]:
+        """Every invariant this fault may make fire: the must-fire ones, then the may-fire ones."""
+        return tuple(self.trips) + tuple(i for i in self.may if i not in self.trips)
+
+    def verdict(self, fired) -> str:
+        """caught: every must-fire invariant fired; partial: some did; missed: none did."""
+        hit = set(fired) & set(self.trips)
+        return "caught" if hit == set(self.trips) else ("partial" if hit else "missed")
+
+    def undeclared(self, fired) -> list[str]:
+        """Invariants that fired although the fault declares neither that they must nor that they may (the
+        behavioural probe, which any fault that changes the served policy may trip, is never a surprise)."""
+        return sorted(set(fired) - set(self.declared) - set(ANY_FAULT_MAY_TRIP))
 
     def with_params(self, **kw) -> "Fault":
         return replace(self, params={**self.params, **kw})
@@ -83,6 +101,9 @@ def _engine_side(c: SyncConfig):
 
 
 FAULTS: dict[str, Fault] = {}
+# P1 judges the policy the engine serves: whether a fault that damages weights moves the log-probs past its bound
+# depends on how much it damages, so any fault may trip it (the matrix runs it only where a fault declares it)
+ANY_FAULT_MAY_TRIP = ("P1",)
 
 
 def register(fault: Fault) -> Fault:

@@ -12,14 +12,16 @@ def _drop_scale(c, p, ctx, index=0):
     return drop(p, scale_name(pick(fp8_targets(c), index)))
 
 
-register(Fault("scale_dropped", "coverage", "payload", ("S1",), "one weight_scale_inv never sent", _drop_scale))
+# the weight keeps the poisoned scale: its values and the probe's log-probs are NaN (P1 fails on non-finite)
+register(Fault("scale_dropped", "coverage", "payload", ("S1", "S3", "S4", "P1"), "one weight_scale_inv never sent",
+               _drop_scale, may=("S2",)))
 
 
 def _drop_norm(c, p, ctx, layer=0):
     return drop(p, f"model.layers.{layer}.post_attention_layernorm.weight")
 
 
-register(Fault("norm_dropped", "coverage", "payload", ("S1",), "one RMSNorm weight never sent (keeps its old value)",
+register(Fault("norm_dropped", "coverage", "payload", ("S1", "S4"), "one RMSNorm weight never sent (keeps its old value)",
                _drop_norm))
 
 
@@ -32,14 +34,14 @@ def _duplicate(c, p, ctx, index=0):
 # reload repairs them): destructive, injected last in a live session
 register(Fault("tensor_duplicated", "coverage", "payload", ("S1",),
                "one FP8 weight sent twice (the second load arrives after its module completed)", _duplicate,
-               destructive=True))
+               destructive=True, may=("S2", "S3", "S4")))
 
 
 def _unknown(c, p, ctx):
     return add(p, "model.layers.0.mlp.extra_proj.weight", torch.zeros(128, 128, dtype=torch.bfloat16), "hp")
 
 
-register(Fault("unknown_name", "coverage", "payload", ("S1",), "a tensor the engine has no parameter for",
+register(Fault("unknown_name", "coverage", "payload", ("S1", "S7"), "a tensor the engine has no parameter for",
                _unknown, destructive=True))
 
 
@@ -49,5 +51,5 @@ def _lose_bucket(c, buckets, which=-1):
     return [b for i, b in enumerate(buckets) if i != which % len(buckets)]
 
 
-register(Fault("bucket_lost", "coverage", "buckets", ("S1",), "one serialized bucket never arrives",
+register(Fault("bucket_lost", "coverage", "buckets", ("S1", "S4", "S7"), "one serialized bucket never arrives",
                _lose_bucket, configure=lambda c: c.with_(transport=type(c.transport)(bucket_bytes=1 << 20))))

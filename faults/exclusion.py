@@ -16,7 +16,7 @@ def _norm_quantized(c, hf, trainer, layer=0):
     return hf
 
 
-register(Fault("norm_quantized_in_trainer", "exclusion", "trainer", ("S6",),
+register(Fault("norm_quantized_in_trainer", "exclusion", "trainer", ("S6", "S5"),
                "the trainer's forward runs one RMSNorm weight in FP8 while the config keeps norms in BF16",
                _norm_quantized))
 
@@ -33,7 +33,7 @@ def _extra_ignored(c, index):
                                       .rsplit(".", 1)[0],)
 
 
-register(Fault("linear_bf16_in_engine_only", "exclusion", "engine", ("S6",),
+register(Fault("linear_bf16_in_engine_only", "exclusion", "engine", ("S6", "S5", "S1", "S2", "S3", "S4", "S7"),
                "the engine's ignored_layers lists a linear the trainer quantizes (BF16 on one side only)",
                _engine(_extra_ignored)))
 
@@ -42,7 +42,7 @@ def _router_not_ignored(c, index):
     return tuple(m for m in c.ignored_layers if not m.endswith(".mlp.gate"))
 
 
-register(Fault("router_quantized_in_engine", "exclusion", "engine", ("S6",),
+register(Fault("router_quantized_in_engine", "exclusion", "engine", ("S6", "S5", "S1", "S4"),
                "the engine's ignored_layers misses the MoE router: vLLM block-quantizes mlp.gate",
                _engine(_router_not_ignored), applies=lambda c: c.spec.is_moe))
 
@@ -52,8 +52,9 @@ def _substring(c):
 
 
 register(Fault("exclusion_substring_match", "exclusion", "config", ("X1", "X2", "X3"),
-               "an exclusion written as a substring pattern ('gate') that also catches gate_proj / gate_up_proj",
-               _substring))
+               "an exclusion written as a substring pattern ('gate') that also catches gate_proj / gate_up_proj "
+               "beside the router (where there is a router to confuse them with)", _substring,
+               applies=lambda c: c.spec.is_moe))
 
 
 def _partial_fused(c):
@@ -67,6 +68,9 @@ register(Fault("exclusion_splits_fused_gemm", "exclusion", "config", ("X2", "X3"
 
 
 
-register(Fault("model_exclusions_dropped", "exclusion", "config", ("X4", "X5", "X3", "A1"),
+# which further rules fire depends on the model and recipe: X4 on block recipes (the router's 8 rows are no
+# 128-row block), X5 where a shared-expert gate exists, and the engine's refusal or the S family where it builds
+register(Fault("model_exclusions_dropped", "exclusion", "config", ("A1",),
                "the model's own high-precision set dropped (router / shared-expert gate / GDN a,b quantized)",
-               lambda c: replace(c, default_exclude=False), applies=lambda c: bool(c.spec.default_exclude)))
+               lambda c: replace(c, default_exclude=False), applies=lambda c: bool(c.spec.default_exclude),
+               may=("A2", "X4", "X5", "S1", "S2", "S3", "S4", "S5", "S6", "S7")))

@@ -19,7 +19,8 @@ def _transpose_square(c, p, ctx, index=0):
 
 register(Fault("square_weight_transposed", "layouts", "payload", ("S2", "S4"),
                "a square FP8 weight (and its scale grid) sent transposed: shapes and dtypes unchanged",
-               _transpose_square, applies=lambda c: bool(fp8_targets(c, square=True)), silent=True))
+               _transpose_square, applies=lambda c: bool(fp8_targets(c, square=True)), silent=True,
+               may=("S1", "S3", "S7")))
 
 
 def _pairs(c, a, b):
@@ -39,10 +40,10 @@ def _swap_pair(a, b):
     return apply
 
 
-register(Fault("q_k_swapped", "layouts", "payload", ("S2", "S4"),
+register(Fault("q_k_swapped", "layouts", "payload", ("S2", "S3", "S4"),
                "q_proj and k_proj of one layer exchanged where their sizes match", _swap_pair("q_proj.weight", "k_proj.weight"),
                applies=lambda c: bool(_pairs(c, "q_proj.weight", "k_proj.weight")), silent=True))
-register(Fault("gate_up_swapped", "layouts", "payload", ("S2", "S4"),
+register(Fault("gate_up_swapped", "layouts", "payload", ("S2", "S3", "S4"),
                "gate_proj and up_proj exchanged (silu applied to the wrong half)", _swap_pair("gate_proj.weight", "up_proj.weight"),
                applies=lambda c: bool(_pairs(c, "gate_proj.weight", "up_proj.weight")), silent=True))
 
@@ -55,7 +56,7 @@ def _expert_perm(c, p, ctx, layer=0, a=0, b=1):
     return p
 
 
-register(Fault("experts_permuted", "layouts", "payload", ("S2", "S4"),
+register(Fault("experts_permuted", "layouts", "payload", ("S2", "S3", "S4"),
                "two routed experts' weights exchanged (expert ids mis-mapped)", _expert_perm,
                applies=lambda c: c.spec.is_moe, silent=True))
 
@@ -76,7 +77,7 @@ def _megatron_order(c, p, ctx, layer=0):
     return p
 
 
-register(Fault("megatron_qkv_not_deinterleaved", "layouts", "payload", ("S2", "S4"),
+register(Fault("megatron_qkv_not_deinterleaved", "layouts", "payload", ("S2", "S3", "S4"),
                "linear_qkv exported in Megatron's per-group [q, k, v] order as if it were HF's [q; k; v]",
                _megatron_order, applies=lambda c: c.recipe.granularity == "block"
                and c.spec.layer_types[0] == "full_attention" and "model.layers.0.self_attn.q_proj.weight" in c.fp8_tensors,
@@ -90,7 +91,7 @@ def _block_shift(c, p, ctx, index=0):
     return replace_tensor(p, scale_name(n), roll_rows(p.tensors[scale_name(n)], 1))
 
 
-register(Fault("rows_shifted_one_block", "layouts", "payload", ("S2", "S4"),
+register(Fault("rows_shifted_one_block", "layouts", "payload", ("S2", "S3", "S4"),
                "one weight's rows (and scale rows) rotated by one 128-row block (an off-by-one shard offset)",
                _block_shift, applies=lambda c: c.recipe.granularity == "block", silent=True))
 
@@ -102,7 +103,7 @@ def _grid_1x128(c, p, ctx, index=0):
     return replace_tensor(replace_tensor(p, n, q), scale_name(n), s)
 
 
-register(Fault("activation_grid_for_weight", "layouts", "payload", ("S4",),
+register(Fault("activation_grid_for_weight", "layouts", "payload", ("S4", "S2", "S3"),
                "one weight quantized with 1x128 blocks (the activation grid) and sent with a [N, K/128] scale",
                _grid_1x128, applies=lambda c: c.recipe.granularity == "block", destructive=True))
 
@@ -114,7 +115,7 @@ def _te_padded(c, p, ctx, index=0):
     return replace_tensor(p, sn, wire_to_te(p.tensors[sn]))
 
 
-register(Fault("te_padded_scale_on_wire", "layouts", "payload", ("S4",),
+register(Fault("te_padded_scale_on_wire", "layouts", "payload", ("S4", "S3"),
                "Transformer Engine's stored scale layout (K-blocks padded to a multiple of 4) sent instead of the "
                "unpadded grid", _te_padded,
                applies=lambda c: c.recipe.granularity == "block" and any(
@@ -128,7 +129,7 @@ def _tp_swap(c, index=0):
     return ReferenceRollout(c, shard_rank=lambda name, rank: 1 - rank if name in (target, scale_name(target)) else rank)
 
 
-register(Fault("tp_shards_swapped", "layouts", "engine", ("S2", "S4"),
+register(Fault("tp_shards_swapped", "layouts", "engine", ("S2", "S3", "S4"),
                "with tensor parallelism 2, each rank narrows one row-parallel weight to the other rank's columns",
                _tp_swap, applies=lambda c: all(t == "full_attention" for t in c.spec.layer_types),
                configure=with_rollout(tp_size=2), silent=True))

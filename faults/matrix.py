@@ -1,6 +1,8 @@
 """The fault-injection matrix: every applicable fault x tiny model x recipe through the one pipeline with the CPU
-reference engines, plus one clean run per model x recipe. A fault is caught when at least one of its declared
-invariants fails; a clean run passes when every invariant holds (no fail, no unknown)."""
+reference engines, plus one clean run per model x recipe. A fault is caught when every invariant it declares
+must fire failed (all-must-trip; some of them is `partial`, none `missed`, both fail the matrix); an invariant
+that fired without being declared (must or may) is listed on the cell as `undeclared`. A clean run passes when
+every invariant holds (no fail, no unknown)."""
 from __future__ import annotations
 
 import time
@@ -33,7 +35,8 @@ class Cell:
     expected: tuple = ()
     fired: list = field(default_factory=list)
     unknown: list = field(default_factory=list)
-    verdict: str = ""               # caught | missed | pass | false-alarm | n/a | error
+    verdict: str = ""               # caught | partial | missed | pass | false-alarm | n/a | error
+    undeclared: list = field(default_factory=list)   # fired, declared neither must nor may
     detail: str = ""
     seconds: float = 0.0
     findings: list = field(default_factory=list)
@@ -45,6 +48,7 @@ class Cell:
     def to_json(self) -> dict:
         return {"fault": self.fault or "clean", "model": self.model, "recipe": self.recipe,
                 "expected": list(self.expected), "fired": self.fired, "unknown": self.unknown, "verdict": self.verdict,
+                "undeclared": self.undeclared,
                 "detail": self.detail, "seconds": round(self.seconds, 3),
                 "findings": [f.to_json() for f in self.findings[:6]]}
 
@@ -55,12 +59,14 @@ def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool
     declares them. Returns (findings, note)."""
     ids = None
     if fault is not None and not probes:
-        ids = [i for i, inv in REGISTRY.items() if inv.family == "sync" or inv.scope == "config" or i in fault.trips]
+        ids = [i for i, inv in REGISTRY.items() if inv.family == "sync" or inv.scope == "config" or i in fault.declared]
+    # the engine's own log-probs on the probe prompts, where P1 judges (a policy no snapshot shows)
+    probe = fault is None or probes or "P1" in fault.declared
     try:
-        if fault is None or "R3" in fault.trips:       # clean runs include the cold-vs-warm differential
-            res, _, _ = reference_differential(config, fault=fault, check_ids=ids)
+        if fault is None or "R3" in fault.declared:    # clean runs include the cold-vs-warm differential
+            res, _, _ = reference_differential(config, fault=fault, check_ids=ids, probes=probe)
         else:
-            res, _, _ = reference_sync(config, fault=fault, check_ids=ids)
+            res, _, _ = reference_sync(config, fault=fault, check_ids=ids, probes=probe)
     except (LayoutError, EngineError, ConfigError) as e:
         # the engines cannot even be built from this configuration: the static rules must say why
         return run_catalog(CheckContext(config), families=STATIC_FAMILIES, static_only=True), f"sync impossible: {e}"
@@ -89,7 +95,8 @@ def run_cell(fault: Fault | None, model: str, recipe: str, probes: bool = False)
     if fault is None:
         cell.verdict = "pass" if not cell.fired and not cell.unknown else "false-alarm"
     else:
-        cell.verdict = "caught" if set(cell.fired) & set(fault.trips) else "missed"
+        cell.verdict = fault.verdict(cell.fired)
+        cell.undeclared = fault.undeclared(cell.fired)
     cell.seconds = time.perf_counter() - t0
     return cell
 
@@ -170,5 +177,7 @@ def summary(cells: list[Cell]) -> dict:
             "clean_pass": sum(c.verdict == "pass" for c in cells),
             "false_alarms": sum(c.verdict == "false-alarm" for c in cells),
             "caught": sum(c.verdict == "caught" for c in cells), "missed": sum(c.verdict == "missed" for c in cells),
+            "partial": sum(c.verdict == "partial" for c in cells),
+            "undeclared": sum(bool(c.undeclared) for c in cells),
             "errors": sum(c.verdict == "error" for c in cells),
             "ok": all(c.ok for c in cells)}

@@ -6,10 +6,10 @@ from .base import Fault, register
 
 register(Fault("postprocess_skipped", "postload", "engine", ("S7",),
                "process_weights_after_loading never runs for the update (a custom loader bypassing the reload hooks)",
-               knobs={"post_process_repeats": 0}, silent=True))
+               knobs={"post_process_repeats": 0}, silent=True, may=("S2", "S3")))   # bytes differ where post-load rewrites
 register(Fault("postprocess_twice", "postload", "engine", ("S7",),
                "process_weights_after_loading runs twice per update (non-idempotent under UE8M0 requantization)",
                knobs={"post_process_repeats": 2}, silent=True))
-register(Fault("write_into_detached_copy", "postload", "engine", ("S7", "S1"),
+register(Fault("write_into_detached_copy", "postload", "engine", ("S7", "S1", "S2", "S3", "S4"),
                "the loaded weights land in new tensors; the captured storage (CUDA graphs) keeps the old values",
                knobs={"detach_on_install": True}, silent=True, destructive=True))   # the storage stays detached

@@ -27,9 +27,9 @@ def _stale_layer(stamp: bool):
     return apply
 
 
-register(Fault("stale_layer_stamped", "version", "payload", ("S7", "S2"),
+register(Fault("stale_layer_stamped", "version", "payload", ("S7", "S2", "S3", "S4"),
                "one layer's tensors come from step N-1 (its records say so)", _stale_layer(True), silent=True))
-register(Fault("stale_layer_unstamped", "version", "payload", ("S2", "S3"),
+register(Fault("stale_layer_unstamped", "version", "payload", ("S2", "S3", "S4"),
                "one layer's tensors come from step N-1 under step N's version stamp", _stale_layer(False),
                silent=True))
 

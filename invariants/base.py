@@ -39,8 +39,8 @@ class CheckContext:
     trainer: Snapshot | None = None      # learner's FP8 forward weights, HF names
     rollout: Snapshot | None = None      # what the sampler's kernels read, vLLM names (+ meta)
     master: Snapshot | None = None       # trainer high-precision masters, HF names
-    probes: dict | None = None           # policy-probe metrics (P family)
-    probe_bounds: dict | None = None     # P bounds calibrated on a verified pass (default: field thresholds)
+    probes: object = None                # invariants.probes.ProbeRun: the engines' log-probs on the probe prompts
+    probe_bounds: dict | None = None     # P1 bounds fixed before the run (default: derived per sync, see P1)
     job: object = None                   # a parsed RL job config (harness.jobconfig.Job): the job rules read it
     cold: Snapshot | None = None         # a fresh engine given the same sync (the cold-vs-warm differential)
 

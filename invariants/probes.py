@@ -2,14 +2,24 @@
 
 Field thresholds for orientation: mean |dlogprob| < 0.05, token_mult_prob_error median < 1.1, generation KL
 < 0.01. A fixed bound does not scale with the model (the engines' own numeric gap grows with depth and width),
-so the bounds are calibrated per model and engine pair, never tighter than the field thresholds:
-* live: on the first sync whose S1-S7 all held (the session calibrates, `calibrated_bounds`);
-* from snapshots: against the floor the same snapshots imply -- the rollout engine's declared forward run on
-  the trainer's exact bytes (a perfect sync of these weights), so only what the sync changed can exceed it.
-The forward is harness.numerics.forward with each engine's *declared* activation quantizer (the records).
+so P1 derives its bounds per sync from a reference it computes itself, never from the sync it judges:
+
+* the floor: the reference forward (harness.numerics.forward) of what a perfect sync would have left in the
+  engine -- the trainer's own bytes through the layout map and the engine's *declared* post-load transform --
+  under the engine's *declared* activation quantizer, scored against the learner's log-probs. It holds every
+  difference the two engines declare (activation grids, UE8M0 requantization) and none that the sync or an
+  undeclared engine change introduced;
+* the bounds: the floor times `FACTOR`, never tighter than the field thresholds (`calibrated_bounds`); a caller
+  may fix them before the run instead (`probe_bounds`).
+
+Live, the measured log-probs are the engines' own (the learner's and the sampler's, `ProbeRun`); from snapshots
+they are the reference forward of each snapshot. A metric that is NaN or infinite fails, naming the metric: a
+comparison NaN passes is a check that cannot fail. What P1 is the documented catch for: a policy the byte checks
+cannot see (fault `logprobs_at_sampling_temperature`: every byte right, the sampler's logits scaled).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:     # torch and the numerics are imported in the checks that compute: pre-flight imports this without them
@@ -22,6 +32,20 @@ from .base import CheckContext, fail, invariant, passed, unknown
 PROMPTS = [[1, 17, 42, 99, 7, 300, 5, 812, 64, 3, 1999, 250], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
            [1000, 200, 100, 1500, 33, 47, 2047, 0, 512, 128, 64, 32]]
 BOUNDS = {"mean_abs_dlogprob": 0.05, "mult_prob_error_median": 1.1, "kl": 0.01}
+FACTOR = 2.5             # bound = floor x FACTOR: room for the real kernels' accumulation order beside the floor
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """What the engines measured on the probe prompts: the learner's and the sampler's teacher-forced log-probs
+    (one tensor per prompt), and the metrics between them."""
+    prompts: list
+    trainer: list
+    rollout: list
+
+    @property
+    def metrics(self) -> dict:
+        return probe_metrics(self.trainer, self.rollout)
 
 
 def prompts_for(vocab_size: int) -> list[list[int]]:
@@ -42,8 +66,8 @@ def probe_metrics(lp_train: list[torch.Tensor], lp_roll: list[torch.Tensor], adv
     `clip_fraction_neg`, the share of negative-advantage tokens below the lower bound -- the tokens whose
     gradient the clipped objective zeroes (nan when there is no token of that sign)."""
     import torch
-    t = torch.cat([x.double() for x in lp_train])
-    r = torch.cat([x.double() for x in lp_roll])
+    t = torch.cat([x.detach().double().cpu() for x in lp_train])
+    r = torch.cat([x.detach().double().cpu() for x in lp_roll])
     d = r - t
     ratio = torch.exp(t - r)                       # learner / sampler importance ratio
     err = torch.exp(d.abs())                       # token_mult_prob_error
@@ -55,7 +79,7 @@ def probe_metrics(lp_train: list[torch.Tensor], lp_roll: list[torch.Tensor], adv
            "mult_prob_error_median": float(err.median()), "token_mult_prob_error": float(err.mean()),
            "clip_fraction": float(((ratio - 1).abs() > 0.2).double().mean())}
     if advantages is not None:
-        a = torch.cat([x.double() for x in advantages])
+        a = torch.cat([x.double().cpu() for x in advantages])
         low, high = clip_bounds
         pos, neg = a > 0, a < 0
         out.update({"clip_low": float(low), "clip_high": float(high),
@@ -65,9 +89,9 @@ def probe_metrics(lp_train: list[torch.Tensor], lp_roll: list[torch.Tensor], adv
     return out
 
 
-def calibrated_bounds(reference: dict, factor: float = 2.5) -> dict:
-    """Bounds calibrated against a known-good pass: the engines' own numeric difference on this model times
-    `factor`, never tighter than the field thresholds."""
+def calibrated_bounds(reference: dict, factor: float = FACTOR) -> dict:
+    """Bounds from a reference's metrics (P1's floor): its numeric difference times `factor`, never tighter than
+    the field thresholds. A non-finite reference gives a non-finite bound (which P1 fails on, never passes)."""
     return {k: max(b, (reference[k] - (1.0 if k == "mult_prob_error_median" else 0.0)) * factor
                    + (1.0 if k == "mult_prob_error_median" else 0.0)) for k, b in BOUNDS.items()}
 
@@ -85,18 +109,58 @@ def _model_values(ctx: CheckContext, values: dict, side: str) -> dict | str:
     return out
 
 
-def snapshot_logprobs(ctx: CheckContext):
-    """(trainer, rollout, floor) log-probs on PROMPTS from the snapshots, or a reason string. FP8 weights enter
-    the forward dequantized; high-precision ones as held (BF16, cast to fp32 where the forward uses them: at
-    real shapes an fp32 copy of both vocabulary matrices would be 5 GB per side)."""
-    from harness.numerics.forward import Weights, act_quant, prompts_logprobs
-    cfg, spec = ctx.config, ctx.config.spec
+def _trainer_values(ctx: CheckContext) -> dict | str:
+    cfg = ctx.config
     tv = {}
-    for t in spec.tensors():
+    for t in cfg.spec.tensors():
         v = ctx.trainer_value(t.name) if t.name in cfg.fp8_tensors else ctx.trainer.get(t.name)
         if v is not None:
             tv[t.name] = v
-    tv = _model_values(ctx, tv, "trainer snapshot")
+    return _model_values(ctx, tv, "trainer snapshot")
+
+
+def _rollout_act_quant(ctx: CheckContext) -> str:
+    return ctx.rollout.meta.act_quant if ctx.rollout is not None and ctx.rollout.meta is not None else "vllm"
+
+
+def _trainer_act_quant(ctx: CheckContext) -> str:
+    return ctx.trainer.meta.act_quant if ctx.trainer.meta is not None else "te"
+
+
+def _forward(ctx: CheckContext, values: dict, kind: str, prompts):
+    from harness.numerics.forward import Weights, act_quant, prompts_logprobs
+    cfg = ctx.config
+    return prompts_logprobs(cfg.spec, Weights(values, cfg.fp8_tensors, act_quant(kind, cfg.recipe)), prompts)
+
+
+def floor_logprobs(ctx: CheckContext, prompts):
+    """The reference forward of a perfect sync's engine: the trainer's bytes through the layout map and the
+    engine's declared post-load transform, dequantized, under the engine's declared activation quantizer (or a
+    reason string)."""
+    from harness.numerics.expected import expected_engine_state
+    cfg = ctx.config
+    if not ctx.trainer.names():
+        return "the trainer snapshot holds no tensors"
+    post_load = ctx.rollout.meta.post_load if ctx.rollout is not None and ctx.rollout.meta is not None else None
+    hf = {n: ctx.trainer[n] for n in ctx.trainer.names()}
+    try:
+        ideal = cfg.layout.vllm_to_hf(expected_engine_state(cfg, hf, post_load))
+        vals = {n: cfg.recipe.dequantize_weight(ideal[n], ideal[scale_name(n)]) if n in cfg.fp8_tensors else ideal[n]
+                for n in (t.name for t in cfg.spec.tensors()) if n in ideal}
+    except (KeyError, ValueError, RuntimeError, IndexError, TypeError) as e:
+        return f"the trainer's bytes do not map onto the engine's layout ({e.__class__.__name__}: {e}; see S1/S4)"
+    vals = _model_values(ctx, vals, "perfect-sync engine")
+    if isinstance(vals, str):
+        return vals
+    return _forward(ctx, vals, _rollout_act_quant(ctx), prompts)
+
+
+def snapshot_logprobs(ctx: CheckContext, prompts):
+    """(trainer, rollout) log-probs on `prompts` from the snapshots' own reference forwards, or a reason string.
+    FP8 weights enter the forward dequantized; high-precision ones as held (BF16, cast to fp32 where the forward
+    uses them: at real shapes an fp32 copy of both vocabulary matrices would be 5 GB per side)."""
+    cfg, spec = ctx.config, ctx.config.spec
+    tv = _trainer_values(ctx)
     if isinstance(tv, str):
         return tv
     rhf, rv = ctx.rollout_hf, {}
@@ -111,32 +175,51 @@ def snapshot_logprobs(ctx: CheckContext):
     rv = _model_values(ctx, rv, "rollout snapshot")
     if isinstance(rv, str):
         return rv
-    t_aq = act_quant(ctx.trainer.meta.act_quant if ctx.trainer.meta is not None else "te", cfg.recipe)
-    r_aq = act_quant(ctx.rollout.meta.act_quant, cfg.recipe)
-    tw = Weights(tv, cfg.fp8_tensors, t_aq)
-    rw = Weights(rv, cfg.fp8_tensors, r_aq)
-    ideal = Weights(tv, cfg.fp8_tensors, r_aq)
-    prompts = prompts_for(spec.vocab_size)
-    run = lambda W: prompts_logprobs(spec, W, prompts)  # noqa: E731
-    return run(tw), run(rw), run(ideal)
+    return _forward(ctx, tv, _trainer_act_quant(ctx), prompts), _forward(ctx, rv, _rollout_act_quant(ctx), prompts)
+
+
+def _not_finite(d: dict) -> list[str]:
+    import math
+    return [k for k in BOUNDS if not isinstance(d.get(k), (int, float)) or not math.isfinite(d[k])]
 
 
 @invariant("P1", "probes", "policy probe",
            "on fixed prompts the sampler's log-probs match the learner's: mean |dlogprob|, token_mult_prob_error "
-           "median and KL within bounds calibrated on a verified pass (live) or on the snapshots' own floor, never "
-           "tighter than 0.05 / 1.1 / 0.01", needs=("trainer", "rollout"),
-           source="fp8check's own")
+           "median and KL finite and within bounds derived per sync from an independent reference (the reference "
+           f"forward of a perfect sync's engine, x{FACTOR}), never tighter than 0.05 / 1.1 / 0.01",
+           needs=("trainer", "rollout"), source="fp8check's own",
+           why="a policy the byte checks cannot see -- the sampler's logits scaled by a temperature, an engine "
+               "numeric the config does not declare -- shows only in what the engine computes; P1 is the backstop "
+               "behind the S and C families, never the only line of defence")
 def p1_probe(ctx: CheckContext):
-    m, bounds = ctx.probes, ctx.probe_bounds
-    if m is None:
-        got = snapshot_logprobs(ctx)
+    run: ProbeRun | None = ctx.probes
+    prompts = run.prompts if run is not None else prompts_for(ctx.config.spec.vocab_size)
+    if run is not None:
+        lt, lr, source = run.trainer, run.rollout, "measured by the engines"
+    else:
+        got = snapshot_logprobs(ctx, prompts)
         if isinstance(got, str):
             return [unknown("P1", f"cannot run the probe forward: {got}")]
-        lt, lr, floor = got
-        m = probe_metrics(lt, lr)
-        bounds = bounds or calibrated_bounds(probe_metrics(lt, floor))
-    bounds = bounds or BOUNDS
-    out = [fail("P1", None, f"{k} = {m[k]:.4g} exceeds {b:.4g}", metrics=m, bounds=bounds)
-           for k, b in bounds.items() if m[k] >= b]
-    return out or [passed("P1", f"mean |dlogprob| {m['mean_abs_dlogprob']:.2e}, KL {m['kl']:.2e}, ratio "
-                                f"[{m['ratio_p05']:.4f}, {m['ratio_p95']:.4f}]", metrics=m, bounds=bounds)]
+        (lt, lr), source = got, "reference forward of the snapshots"
+    m = probe_metrics(lt, lr)
+    bounds, floor = ctx.probe_bounds, None
+    if bounds is None:
+        ideal = floor_logprobs(ctx, prompts)
+        if isinstance(ideal, str):
+            return [unknown("P1", f"no independent reference to bound the probe: {ideal}", metrics=m)]
+        floor = probe_metrics(lt, ideal)
+        bounds = calibrated_bounds(floor)
+    ev = {"metrics": m, "bounds": bounds, "floor": floor, "source": source}
+    bad = _not_finite(m)
+    if bad:
+        return [fail("P1", None, f"{', '.join(bad)} = {', '.join(repr(m.get(k)) for k in bad)}: the sampler's "
+                     "log-probs are not finite (NaN or infinite weights, scales or logits)", **ev)]
+    bad = _not_finite(bounds)
+    if bad:
+        return [fail("P1", None, f"the reference bound for {', '.join(bad)} is not finite: the trainer's own bytes "
+                     "give non-finite log-probs", **ev)]
+    # `not (x <= b)`: a NaN that slipped past is a failure, never a pass
+    out = [fail("P1", None, f"{k} = {m[k]:.4g} exceeds {bounds[k]:.4g} (floor {floor[k]:.4g})" if floor else
+                f"{k} = {m[k]:.4g} exceeds {bounds[k]:.4g}", **ev) for k in BOUNDS if not m[k] <= bounds[k]]
+    return out or [passed("P1", f"mean |dlogprob| {m['mean_abs_dlogprob']:.2e} (bound {bounds['mean_abs_dlogprob']:.2e}), "
+                                f"KL {m['kl']:.2e}, ratio [{m['ratio_p05']:.4f}, {m['ratio_p95']:.4f}]", **ev)]

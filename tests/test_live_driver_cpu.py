@@ -1,4 +1,4 @@
-"""The live session (one pipeline, digest-first capture, faults, checks, probes, calibration) with the CPU
+"""The live session (one pipeline, digest-first capture, faults, checks, probes and their per-sync bounds) with the CPU
 reference engines behind the same remote wrapper, in this process (the wire encoding is exercised, Ray is not).
 Not a live test: the GPU suite (tests/gpu) runs the same session against real vLLM and Megatron-Core/TE."""
 import pytest
@@ -28,7 +28,21 @@ def test_clean_sync_green_and_digest_first_moves_nothing(session):
     o = session.sync("clean", probes=True)
     assert not o.fired and not o.unknown, o.to_json()
     assert o.fetched == 0 and o.params == 27
-    assert session.probe_bounds is not None
+    p1 = next(f for f in o.findings if f.invariant_id == "P1")
+    assert p1.verdict == "pass" and o.extra["probe_floor"] is not None, p1
+    # the bound comes from the reference forward of the trainer's own bytes, not from this sync's measurement
+    assert o.extra["probe_bounds"]["mean_abs_dlogprob"] >= 0.05
+    assert session.probe_bounds is None, "nothing is calibrated from a sync: the bounds are derived per sync"
+
+
+def test_p1_fails_on_a_policy_the_byte_checks_cannot_see(session):
+    """Every byte right, the sampler's logits scaled (log-probs at temperature 0.8): P1 is the only catch."""
+    o = session.sync("temperature", fault=faults.FAULTS["logprobs_at_sampling_temperature"])
+    assert o.fired == ["P1"], o.to_json()
+    p1 = next(f for f in o.findings if f.invariant_id == "P1" and f.verdict == "fail")
+    assert "exceeds" in p1.message and p1.evidence["floor"] is not None
+    again = session.sync("again", probes=True)
+    assert not again.fired and not again.unknown, again.to_json()
 
 
 @pytest.mark.parametrize("name", DENSE_LIVE)
@@ -40,7 +54,8 @@ def test_live_injectable_fault_is_caught(session, name):
             o, again = s.sync(name, fault=f), s.sync("again")
     else:
         o, again = session.sync(name, fault=f), session.sync("again")
-    assert set(o.fired) & set(f.trips), (name, o.fired)
+    assert f.verdict(o.fired) == "caught", (name, o.fired, f.trips)
+    assert not f.undeclared(o.fired), (name, o.fired, f.declared)
     if f.destructive and again.fired:      # not repaired: the checks keep saying so (never green on a broken engine)
         assert {"S1", "S2"} & set(again.fired), again.to_json()
     else:

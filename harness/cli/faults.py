@@ -11,7 +11,8 @@ from ..formats import RECIPES
 from ..models import ModelError, get_model, with_layers
 from .report import console, junit_xml
 
-VERDICT_STYLE = {"caught": "green", "pass": "green", "n/a": "dim", "missed": "bold red", "false-alarm": "bold red",
+VERDICT_STYLE = {"caught": "green", "pass": "green", "n/a": "dim", "missed": "bold red", "partial": "bold red",
+                 "false-alarm": "bold red",
                  "error": "bold red"}
 
 
@@ -46,17 +47,19 @@ def run(args) -> int:
         # "live": injectable into running Megatron/TE + vLLM engines of this model and recipe (`fp8check live`)
         cfg = recommended_config((models or ["tiny-dense"])[0], (args.recipe or ["blockwise-fp32"])[0])
         knobs = get_engine("rollout", "vllm").factory.knobs
-        rows = [{"fault": f.name, "family": f.family, "stage": f.stage, "trips": list(f.trips), "silent": f.silent,
+        rows = [{"fault": f.name, "family": f.family, "stage": f.stage, "trips": list(f.trips), "may": list(f.may),
+                 "silent": f.silent,
                  "live": f.live_injectable(cfg, knobs), "description": f.description}
                 for f in fault_pkg.FAULTS.values()]
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
         t = Table(title=f"fp8check faults ('live': injectable into running engines, {cfg.model}, {cfg.recipe.name})")
-        for c in ("fault", "family", "stage", "must trip", "silent", "live", "what"):
+        for c in ("fault", "family", "stage", "must all fire", "may fire", "silent", "live", "what"):
             t.add_column(c, overflow="fold")
         for r in rows:
-            t.add_row(r["fault"], r["family"], r["stage"], ",".join(r["trips"]), "yes" if r["silent"] else "",
+            t.add_row(r["fault"], r["family"], r["stage"], ",".join(r["trips"]), ",".join(r["may"]),
+                      "yes" if r["silent"] else "",
                       "yes" if r["live"] else "", r["description"])
         console().print(t)
         return 0
@@ -78,21 +81,27 @@ def run(args) -> int:
         print(json.dumps({"summary": s, "cells": [c.to_json() for c in cells]}, indent=1))
     else:
         t = Table(title="fp8check fault-injection matrix (CPU reference)")
-        for c in ("fault", "model", "recipe", "must trip", "fired", "verdict"):
+        for c in ("fault", "model", "recipe", "must all fire", "fired", "verdict"):
             t.add_column(c, overflow="fold")
         for c in cells:
             if c.verdict == "n/a" and not args.all:
                 continue
             t.add_row(c.fault or "(clean)", c.model, c.recipe, ",".join(c.expected) or "nothing",
-                      ",".join(c.fired) + (f" ?{','.join(c.unknown)}" if c.unknown else ""),
+                      ",".join(c.fired) + (f" ?{','.join(c.unknown)}" if c.unknown else "")
+                      + (f" !{','.join(c.undeclared)}" if c.undeclared else ""),
                       f"[{VERDICT_STYLE.get(c.verdict, '')}]{c.verdict}[/]" + (f" ({c.detail[:60]})" if c.verdict == "error" else ""))
         con = console()
         con.print(t)
-        if any(c.unknown for c in cells):
+        if any(c.unknown or c.undeclared for c in cells):
             con.print("[dim]fired: invariants that failed; ?X: X could not decide (unknown, never counted as a "
-                      "pass)[/]", soft_wrap=True)
+                      "pass); !X: X fired although the fault does not declare it (must or may)[/]", soft_wrap=True)
+        for c in cells:
+            if c.verdict == "partial":
+                con.print(f"[bold red]partial[/]: {c.fault} on {c.model}/{c.recipe}: must fire "
+                          f"{','.join(c.expected)}, fired {','.join(c.fired) or 'nothing'}", soft_wrap=True)
         ok = "[green]OK[/]" if s["ok"] else "[bold red]FAILED[/]"
-        con.print(f"{ok}: {s['caught']} faults caught, {s['missed']} missed, {s['clean_pass']} clean runs pass, "
+        con.print(f"{ok}: {s['caught']} faults caught (every must-fire invariant fired), {s['partial']} partial, "
+                  f"{s['missed']} missed, {s['clean_pass']} clean runs pass, "
                   f"{s['false_alarms']} false alarms, {s['errors']} errors; {s['applicable']} applicable of "
                   f"{s['cells']} cells in {wall:.1f} s on {workers} worker(s)", soft_wrap=True)
     if args.junit:

@@ -24,8 +24,9 @@ Item = tuple[str, torch.Tensor, int]
 #   kv_scale_placeholder  float a reload leaves one layer's KV-cache k scale at this placeholder value
 #   realloc_buffer        bool  a reload rebinds a graph-visible buffer to new storage
 #   keep_prefix_cache     bool  the prefix cache is not reset after the weight sync
+#   logit_scale           float the engine serves with its logits multiplied by this (until the next install)
 KNOBS = ("post_process_repeats", "detach_on_install", "generate_during_update", "kv_scale_placeholder",
-         "realloc_buffer", "keep_prefix_cache")
+         "realloc_buffer", "keep_prefix_cache", "logit_scale")
 # Serving-cycle knobs the pipeline turns itself (faults of stage "serving", harness.sync.pipeline.serving_cycle):
 #   sleep_level           int   sleep at this level and wake before the sync
 #   generate_before_sync  bool  serve a generation after the wake, before the weights are synced again

@@ -80,6 +80,7 @@ class Weights:
     fp8: frozenset                      # names whose GEMM runs in FP8 (activations get fake-quantized)
     act_quant: ActQuant | None
     act_dtype: torch.dtype | None = None   # activations stored in this dtype (serving engines); None: fp32
+    logit_scale: float = 1.0            # logits multiplied by this before the softmax (vLLM LogitsProcessor.scale)
 
     def act(self, x: torch.Tensor) -> torch.Tensor:
         """An activation as the engine stores it (rounded to `act_dtype`, computed on in fp32)."""
@@ -125,8 +126,8 @@ def _rms(x, w, eps):
 
 def _rope(x, theta, start=0):              # x [..., T, h, D] at positions start.., neox style (rotate halves)
     T, D = x.shape[-3], x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
-    ang = torch.arange(start, start + T, dtype=torch.float32)[:, None] * inv[None]
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float32, device=x.device) / D))
+    ang = torch.arange(start, start + T, dtype=torch.float32, device=x.device)[:, None] * inv[None]
     cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
@@ -155,7 +156,7 @@ def _attention(spec: ModelSpec, W: Weights, x, p, cache=None):            # x [.
     rep = nh // nkv
     k, v = k.repeat_interleave(rep, -2), v.repeat_interleave(rep, -2)
     att = torch.einsum("...thd,...shd->...hts", q, k) / D ** 0.5
-    causal = torch.triu(torch.ones(T, k.shape[-3], dtype=torch.bool), start + 1)
+    causal = torch.triu(torch.ones(T, k.shape[-3], dtype=torch.bool, device=x.device), start + 1)
     att = att.masked_fill(causal, float("-inf")).softmax(-1)
     o = W.act(torch.einsum("...hts,...shd->...thd", att, v).reshape(*lead, T, nh * D))
     if gate is not None:
@@ -181,7 +182,7 @@ def _gated_delta_net(spec: ModelSpec, W: Weights, x, p):
     g = -_f32(W.tensors[la + "A_log"]).exp() * F.softplus(W.linear(x, la + "in_proj_a") + dt_bias)
     q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     q, k = q.repeat_interleave(nv // nk, 1) * Dh ** -0.5, k.repeat_interleave(nv // nk, 1)
-    S = torch.zeros(nv, Dh, Dh)
+    S = torch.zeros(nv, Dh, Dh, device=x.device)
     outs = []
     for t in range(T):
         S = S * g[t].exp()[:, None, None]
@@ -242,8 +243,9 @@ def hidden_states(spec: ModelSpec, W: Weights, tokens, cache: dict | None = None
     later call given only the next tokens continues the same sequences (a decoder's KV cache)."""
     if cache is not None and any(lt != "full_attention" for lt in spec.layer_types):
         raise ValueError(f"model {spec.name}: a KV cache needs full-attention layers only")
-    ids = tokens if isinstance(tokens, torch.Tensor) else torch.tensor(tokens)
-    x = W.act(_f32(W.tensors["model.embed_tokens.weight"][ids]))
+    emb = W.tensors["model.embed_tokens.weight"]
+    ids = (tokens if isinstance(tokens, torch.Tensor) else torch.tensor(tokens)).to(emb.device)
+    x = W.act(_f32(emb[ids]))
     for i, lt in enumerate(spec.layer_types):
         p = f"model.layers.{i}."
         h = W.act(_rms(x, W.tensors[p + "input_layernorm.weight"], spec.rms_norm_eps))
@@ -256,8 +258,12 @@ def hidden_states(spec: ModelSpec, W: Weights, tokens, cache: dict | None = None
 def logits(spec: ModelSpec, W: Weights, tokens, cache: dict | None = None) -> torch.Tensor:
     """fp32 logits: [T, vocab] for one sequence (a token list), [B, T, vocab] for a LongTensor [B, T]."""
     x = hidden_states(spec, W, tokens, cache)
-    out = lm_head([x.reshape(-1, x.shape[-1])], _head(spec, W))[0]
+    out = _scaled(W, lm_head([x.reshape(-1, x.shape[-1])], _head(spec, W))[0])
     return W.act(out).reshape(*x.shape[:-1], out.shape[-1])
+
+
+def _scaled(W: Weights, lg: torch.Tensor) -> torch.Tensor:
+    return lg if W.logit_scale == 1.0 else lg * W.logit_scale
 
 
 def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]]) -> list[torch.Tensor]:
@@ -266,8 +272,8 @@ def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]]) -> l
         xs = [hidden_states(spec, W, p) for p in prompts]
         out = []
         for p, lg in zip(prompts, lm_head(xs, _head(spec, W))):
-            lp = W.act(lg).log_softmax(-1)
-            out.append(lp[:-1].gather(-1, torch.tensor(p[1:])[:, None])[:, 0])
+            lp = W.act(_scaled(W, lg)).log_softmax(-1)
+            out.append(lp[:-1].gather(-1, torch.tensor(p[1:], device=lp.device)[:, None])[:, 0])
     return out
 
 

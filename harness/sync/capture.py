@@ -17,27 +17,8 @@ import torch
 
 from ..digest import state_digest
 from ..bitview import bits_equal
-from ..layouts import LayoutError, is_scale_name, rank_name, scale_name
-from ..numerics import apply_post_load
-
-
-def expected_engine_state(config, trainer_hf: dict, post_load) -> dict[str, torch.Tensor]:
-    """What every rollout parameter must hold after a correct sync of `trainer_hf`: the layout applied, then the
-    engine's declared post-load transform (vLLM names, rank-named when sharded)."""
-    out = {}
-    tp = config.rollout.tp_size
-    for r in range(tp):
-        params = config.layout.hf_to_vllm(trainer_hf, r)
-        for n, t in params.items():
-            if is_scale_name(n):
-                continue
-            key = rank_name(n, r, tp)
-            if scale_name(n) in params:
-                q, s, _ = apply_post_load(post_load, key, t, params[scale_name(n)])
-                out[key], out[rank_name(scale_name(n), r, tp)] = q, s
-            else:
-                out[key] = t.to(torch.bfloat16)
-    return out
+from ..layouts import LayoutError
+from ..numerics.expected import expected_engine_state
 
 
 READ_BATCH_BYTES = 256 << 20     # kernel tensors read back per call when comparing after a re-sync

@@ -78,11 +78,12 @@ class SyncResult:
     mismatching: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
     findings: list | None = None
-    probes: dict | None = None
+    probes: dict | None = None           # the probe's metrics (learner vs sampler on the probe prompts)
+    probe_run: object = None             # invariants.probes.ProbeRun: the log-probs P1 judges
 
     def context(self, probe_bounds=None):
         from invariants import CheckContext
-        return CheckContext(self.config, self.payload, self.trainer, self.rollout, self.master, self.probes,
+        return CheckContext(self.config, self.payload, self.trainer, self.rollout, self.master, self.probe_run,
                             probe_bounds)
 
     @property
@@ -105,14 +106,13 @@ def fault_config(config: SyncConfig, fault) -> SyncConfig:
     return config
 
 
-def serving_cycle(rollout, knobs: dict, prompts=None):
+def serving_cycle(rollout, knobs: dict, prompts):
     """Sleep at `sleep_level` and wake (what a colocated RL loop does around every train step); with
     `generate_before_sync`, serve a generation after the wake before the next weight sync (the fault)."""
     rollout.sleep(int(knobs.get("sleep_level", 1)))
     rollout.wake()
     if knobs.get("generate_before_sync"):
-        from invariants.probes import prompts_for
-        rollout.generate_logprobs(prompts or prompts_for(2048)[:1])
+        rollout.generate_logprobs(prompts[:1])
 
 
 def builds_engine(fault) -> bool:
@@ -167,6 +167,9 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     if naive:
         items = rollout.quantize_online(items)
     knobs = dict(fault.knobs) if stage == "engine" and fault.knobs else None
+    if prompts is None:
+        from invariants.probes import prompts_for
+        prompts = prompts_for(config.spec.vocab_size)
     if stage == "serving":
         serving_cycle(rollout, fault.knobs, prompts)
     t1 = time.perf_counter()
@@ -197,10 +200,10 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
                      Snapshot("master", master_hf) if master_hf is not None else None, errors,
                      got.fetched, got.params, got.mismatching)
     if probes:
-        from invariants.probes import PROMPTS, probe_metrics
+        from invariants.probes import ProbeRun
         t3 = time.perf_counter()
-        p = prompts or PROMPTS
-        res.probes = probe_metrics(trainer.logprobs(p), rollout.generate_logprobs(p))
+        res.probe_run = ProbeRun(prompts, trainer.logprobs(prompts), rollout.generate_logprobs(prompts))
+        res.probes = res.probe_run.metrics
         t["probes"] = time.perf_counter() - t3
     if checks:
         from invariants import run_catalog
@@ -228,13 +231,14 @@ def _cuda_memory():
 
 
 def cold_warm(config: SyncConfig, trainer, warm, cold, *, fault=None, capture=None, prompts=None,
-              max_tokens: int = 8, previous=None, check_ids=None) -> SyncResult:
+              max_tokens: int = 8, previous=None, check_ids=None, probes: bool = False) -> SyncResult:
     """The cold-vs-warm differential (R3): sync the trainer's current weights into `warm` (an engine that held
     other weights) and into `cold` (a fresh engine), measure both engines' outputs on fixed prompts, and run the
     catalog on the warm sync with the cold engine beside it."""
     from invariants import run_catalog
     prompts = prompts or differential_prompts(config.spec.vocab_size)
-    res = run_sync(config, trainer, warm, fault=fault, capture=capture, previous=previous, checks=False)
+    res = run_sync(config, trainer, warm, fault=fault, capture=capture, previous=previous, checks=False,
+                   probes=probes)
     warm.measure_outputs(prompts, max_tokens)
     res.rollout.meta.serving = warm.record().serving
     cres = run_sync(config, trainer, cold, capture=capture, previous=previous, checks=False, master=False)
@@ -260,7 +264,8 @@ def reference_engines(config: SyncConfig, fault=None):
     return trainer, rollout
 
 
-def reference_differential(config: SyncConfig, *, fault=None, check_ids=None) -> tuple[SyncResult, object, object]:
+def reference_differential(config: SyncConfig, *, fault=None, check_ids=None, probes: bool = False
+                           ) -> tuple[SyncResult, object, object]:
     """The cold-vs-warm differential with the reference engines: a warm engine syncs step 1 and serves the fixed
     prompts, the trainer steps, then step 2 goes (through `fault`) into the warm engine and into a fresh one."""
     from ..engines.registry import make_engine
@@ -271,7 +276,7 @@ def reference_differential(config: SyncConfig, *, fault=None, check_ids=None) ->
     previous = trainer.export_hf()
     trainer.optimizer_step()
     cold = make_engine("rollout", "cpu-reference", config)
-    res = cold_warm(config, trainer, warm, cold, fault=fault, previous=previous, check_ids=check_ids)
+    res = cold_warm(config, trainer, warm, cold, fault=fault, previous=previous, check_ids=check_ids, probes=probes)
     return res, trainer, warm
 
 

@@ -74,7 +74,8 @@ def _fill_dummy(t: torch.Tensor, seed: int):
 class ReferenceRollout(ServingMirror):
     engine = "cpu-reference-vllm"
     DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None,
-                     "kv_scale_placeholder": None, "realloc_buffer": False, "keep_prefix_cache": False}
+                     "kv_scale_placeholder": None, "realloc_buffer": False, "keep_prefix_cache": False,
+                     "logit_scale": None}
     knobs = frozenset(DEFAULT_KNOBS)
 
     def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234, shard_rank=None):
@@ -384,7 +385,7 @@ class ReferenceRollout(ServingMirror):
             deq.append(d)
         hf = self.layout.vllm_to_hf(self.layout.ranks_to_params(deq), with_scales=False)
         fp8 = frozenset(p.src for p in self.layout.vllm[0] if self.param_module(p.dst) in self.fp8_modules)
-        return Weights(hf, fp8, act_quant(declared_act_quant(self.config), self.recipe))
+        return Weights(hf, fp8, act_quant(declared_act_quant(self.config), self.recipe), logit_scale=self.logit_scale)
 
     def _serve_generation(self, prompts):
         self._note_generation()

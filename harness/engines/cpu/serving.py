@@ -54,6 +54,7 @@ class ServingMirror:
         self._pre_sleep: dict | None = None
         self._prefix_cache: dict = {}
         self.outputs: Outputs | None = None
+        self.logit_scale = 1.0                                 # vLLM LogitsProcessor.scale
 
     def _boot_kv_scales(self, seed: int):
         """vLLM's dummy boot then `BaseKVCacheMethod.process_weights_after_loading`."""
@@ -91,6 +92,8 @@ class ServingMirror:
             self.buffers[0][ROTARY] = self.buffers[0][ROTARY].clone()
         if not knobs.get("keep_prefix_cache"):
             self._prefix_cache.clear()
+        # the sampler's logits scaled (a temperature applied to the log-probs it returns); the next install resets it
+        self.logit_scale = float(knobs["logit_scale"]) if knobs.get("logit_scale") is not None else 1.0
         if self.wake_event is not None:
             self.wake_event.synced_since = True
 
