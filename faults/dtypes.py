@@ -49,3 +49,29 @@ def _scale_bf16(c, p, ctx, index=0):
 register(Fault("fp32_scale_sent_as_bf16", "dtypes", "payload", ("S5", "S3", "S4"),
                "one FP32 scale tensor sent as BF16 (rounded to 8 mantissa bits)", _scale_bf16,
                applies=lambda c: c.recipe.scale_format == "fp32"))
+
+
+def _zero_sign(c, p, ctx, index=0):
+    """The sender canonicalizes negative zero: every 0x80 code of one weight becomes 0x00."""
+    n = pick([x for x in fp8_targets(c) if bool((p.tensors[x].view(torch.uint8) == 0x80).any())], index)
+    b = p.tensors[n].view(torch.uint8).clone()
+    b[b == 0x80] = 0
+    return replace_tensor(p, n, b.view(p.tensors[n].dtype))
+
+
+# the values are equal (-0 == 0), the bytes are not: the one disagreement only byte identity names (what a
+# digest-first check sees as a mismatch on every sync)
+register(Fault("zero_sign_canonicalized", "dtypes", "payload", ("S2",),
+               "the sender rewrites negative-zero codes (0x80) as +0 (0x00) in one weight: the values are equal, the "
+               "learner's bytes are not", _zero_sign, silent=True))
+
+
+def _hp_as_fp32(c, p, ctx, layer=0):
+    n = f"model.layers.{layer}.input_layernorm.weight"
+    return replace_tensor(p, n, p.tensors[n].float())
+
+
+# the engine's copy_ casts it back to BF16 exactly: only the wire's dtype is wrong (twice the bytes every sync)
+register(Fault("hp_tensor_sent_as_fp32", "dtypes", "payload", ("S5",),
+               "one BF16 tensor (an RMSNorm weight) sent as FP32; the engine casts it back silently", _hp_as_fp32,
+               silent=True))

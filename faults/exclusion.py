@@ -74,3 +74,38 @@ register(Fault("model_exclusions_dropped", "exclusion", "config", ("A1",),
                "the model's own high-precision set dropped (router / shared-expert gate / GDN a,b quantized)",
                lambda c: replace(c, default_exclude=False), applies=lambda c: bool(c.spec.default_exclude),
                may=("A2", "X4", "X5", "S1", "S2", "S3", "S4", "S5", "S6", "S7")))
+
+
+def _foreign_ignored(c, index=0):
+    return tuple(c.ignored_layers) + ("model.layers.0.mlp.shared_expert_gate_proj",)
+
+
+# vLLM skips names it does not have silently: numerically harmless today, and proof the engine's list is not the
+# one exclusion set (the next model it is copied to may have that module)
+register(Fault("engine_ignored_layers_foreign", "exclusion", "engine", ("S6",),
+               "the engine's ignored_layers carries a module this model does not have (a quantization_config copied "
+               "from another model's checkpoint)", _engine(lambda c, i: _foreign_ignored(c, i)), silent=True))
+
+
+register(Fault("exclusion_pattern_typo", "exclusion", "config", ("X1",),
+               "an exclusion pattern that names no module ('mlp.gaet'): vLLM matches ignored_layers by exact name, so "
+               "the layer it meant is silently quantized", lambda c: replace(c, exclude=tuple(c.exclude) + ("mlp.gaet",))))
+
+
+def _without_default(name):
+    def apply(c):
+        return replace(c, default_exclude=False, exclude=tuple(p for p in c.spec.default_exclude if p != name)
+                       + tuple(c.exclude))
+    return apply
+
+
+register(Fault("router_exclusion_dropped", "exclusion", "config", ("X4", "A1"),
+               "the MoE router (mlp.gate, 8 output rows) left out of the exclusion set: no 128-row block fits it",
+               _without_default("mlp.gate"),
+               applies=lambda c: "mlp.gate" in c.spec.default_exclude and c.recipe.granularity == "block",
+               may=("A2", "S1", "S2", "S3", "S4", "S5", "S6", "S7")))
+register(Fault("shared_expert_gate_quantized", "exclusion", "config", ("X5", "A1"),
+               "the shared-expert gate quantized by the trainer while vLLM's Qwen3-MoE always builds it in BF16",
+               _without_default("mlp.shared_expert_gate"),
+               applies=lambda c: "mlp.shared_expert_gate" in c.spec.default_exclude,
+               may=("A2", "X4", "S1", "S2", "S3", "S4", "S5", "S6", "S7")))

@@ -53,13 +53,15 @@ class Cell:
                 "findings": [f.to_json() for f in self.findings[:6]]}
 
 
-def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool = False):
+def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool = False, without=()):
     """Run the sync (through the fault's stage) and the catalog: the S family and every config rule always; the
     costlier data checks (C1 re-quantizes every master, P1 runs three forwards) on clean runs and where a fault
-    declares them. Returns (findings, note)."""
+    declares them. `without`: invariants left out of the catalog (the ablation audit). Returns (findings, note)."""
     ids = None
     if fault is not None and not probes:
         ids = [i for i, inv in REGISTRY.items() if inv.family == "sync" or inv.scope == "config" or i in fault.declared]
+    if without:
+        ids = [i for i in (ids if ids is not None else REGISTRY) if i not in without]
     # the engine's own log-probs on the probe prompts, where P1 judges (a policy no snapshot shows)
     probe = fault is None or probes or "P1" in fault.declared
     try:
@@ -69,11 +71,13 @@ def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool
             res, _, _ = reference_sync(config, fault=fault, check_ids=ids, probes=probe)
     except (LayoutError, EngineError, ConfigError) as e:
         # the engines cannot even be built from this configuration: the static rules must say why
-        return run_catalog(CheckContext(config), families=STATIC_FAMILIES, static_only=True), f"sync impossible: {e}"
+        static = run_catalog(CheckContext(config), families=STATIC_FAMILIES, static_only=True)
+        return [f for f in static if f.invariant_id not in without], f"sync impossible: {e}"
     return res.findings, ""
 
 
-def run_cell(fault: Fault | None, model: str, recipe: str, probes: bool = False) -> Cell:
+def run_cell(fault: Fault | None, model: str, recipe: str, probes: bool = False, without=()) -> Cell:
+    """One matrix cell. `without`: run the catalog minus these invariants (what the cell's verdict owes them)."""
     t0 = time.perf_counter()
     cell = Cell(fault.name if fault else None, model, recipe, tuple(fault.trips) if fault else ())
     base = recommended_config(model, recipe)
@@ -81,7 +85,8 @@ def run_cell(fault: Fault | None, model: str, recipe: str, probes: bool = False)
         if fault is not None and not fault.applies(base):
             cell.verdict = "n/a"
             return cell
-        findings, cell.detail = check_config(fault_config(base, fault), fault, probes=probes or fault is None)
+        findings, cell.detail = check_config(fault_config(base, fault), fault, probes=probes or fault is None,
+                                             without=without)
     except LookupError as e:            # the fault has no target in this model / configuration
         cell.verdict, cell.detail = "n/a", str(e)
         return cell

@@ -37,3 +37,22 @@ register(Fault("stale_layer_unstamped", "version", "payload", ("S2", "S3", "S4")
 register(Fault("generation_during_sync", "version", "engine", ("S7",),
                "a generation request served while the update is half installed (the sampler was not paused)",
                knobs={"generate_during_update": 10}, silent=True))
+
+
+def _stale_workspace(c, hf, ctx):
+    """The learner's FP8 workspaces still hold the previous step's codes and scales; its BF16 tensors are current."""
+    prev = ctx.previous
+    if prev is None:
+        raise LookupError("no previous step")
+    for n in list(hf):
+        if n in c.fp8_tensors or (n.endswith("_scale_inv") and n[: -len("_scale_inv")] in c.fp8_tensors):
+            hf[n] = prev[n]
+    return hf
+
+
+# Transformer Engine caches each weight's FP8 copy and refreshes it on the first micro-batch of a step
+# (`is_first_microbatch`); a loop that never passes True keeps the old copy. The sync faithfully carries what the
+# learner runs, so only C1 -- the learner's bytes against its own masters -- sees the learner is stale.
+register(Fault("trainer_fp8_workspace_stale", "version", "trainer", ("C1",),
+               "the learner's FP8 weight workspaces are not refreshed after the optimizer step: it runs the previous "
+               "step's codes and scales with the current masters", _stale_workspace, silent=True))

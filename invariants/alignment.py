@@ -45,7 +45,8 @@ def _shards(cfg):
                   "pre-checks only the MXFP8 GDN in_proj (K13)",
            why="Tensor parallelism splits codes and block scales together only on block boundaries; otherwise the "
                "engine refuses the layer or shards the scales wrong. Pick a TP that keeps every FP8 shard a multiple "
-               "of 128 (32 along K for MXFP8).")
+               "of 128 (32 along K for MXFP8).",
+           backstop="tp_breaks_block_divisibility")
 def a2_sharding(ctx: CheckContext):
     cfg, out = ctx.config, []
     bn, bk = cfg.recipe.block_shape

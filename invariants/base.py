@@ -90,6 +90,7 @@ class Invariant:
     why: str = ""                       # why it exists and what to change (`fp8check preflight --explain`)
     severity: str = "error"             # error | warning: how pre-flight reports a failing job rule
     applies: Callable | None = None     # config -> bool: the condition exists in this configuration at all
+    backstop: str = ""                  # never the only check that fires: the fault where it fires beside others
 
     @property
     def scope(self) -> str:
@@ -106,13 +107,15 @@ REGISTRY: dict[str, Invariant] = {}
 
 
 def invariant(id: str, family: str, title: str, condition: str, needs: tuple[str, ...] = (), live: bool = True,
-              source: str = "", why: str = "", severity: str = "error", applies: Callable | None = None):
+              source: str = "", why: str = "", severity: str = "error", applies: Callable | None = None,
+              backstop: str = ""):
     def deco(fn):
         if id in REGISTRY:
             raise ValueError(f"invariant id {id} registered twice")
         if severity not in ("error", "warning"):
             raise ValueError(f"invariant {id}: severity must be error or warning")
-        REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live, source, why, severity, applies)
+        REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live, source, why, severity, applies,
+                                 backstop)
         return fn
     return deco
 

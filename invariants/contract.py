@@ -64,7 +64,8 @@ def c1_recipe(ctx: CheckContext):
                   "(1dda039b); NeMo RL pins it only with use_deep_gemm: true (quantization/fp8.py:240-242)",
            why="vLLM 0.26 requantizes every DeepGEMM-eligible block-FP8 weight (N%64, K%128) to power-of-two UE8M0 "
                "scales after loading: FP32 scales and the codes under them change. Set VLLM_USE_DEEP_GEMM_E8M0=0 for "
-               "the rollout workers (or VLLM_USE_DEEP_GEMM=0).")
+               "the rollout workers (or VLLM_USE_DEEP_GEMM=0).",
+           backstop="fp32_scales_through_e8m0")
 def c2_e8m0(ctx: CheckContext):
     cfg = ctx.config
     if cfg.recipe.scale_format == "fp32" and cfg.requant_ue8m0:

@@ -73,7 +73,8 @@ def _mixed_groups(cfg, kind: str):
            source="vLLM 0.26 model_executor/layers/quantization/utils/quant_utils.py:540-559 (is_layer_skipped raises"
                   " 'Detected some but not all shards of ... are quantized')",
            why="vLLM fuses q|k|v and gate|up into one GEMM with one scheme and refuses a mixed exclusion at engine "
-               "start. Exclude all members of a fused GEMM or none.")
+               "start. Exclude all members of a fused GEMM or none.",
+           backstop="exclusion_splits_fused_gemm")
 def x2_engine_fusion(ctx: CheckContext):
     return [fail("X2", g, f"fused GEMM mixes FP8 {fp8} and high precision {hp}", key="exclude")
             for g, fp8, hp in _mixed_groups(ctx.config, "vllm:")]
@@ -85,7 +86,8 @@ def x2_engine_fusion(ctx: CheckContext):
            source="fp8check's own; Megatron-Core fuses linear_qkv, linear_fc1 and the GDN in_proj "
                   "(megatron/core/ssm/gated_delta_net.py)",
            why="The trainer quantizes a fused GEMM as one tensor; it cannot keep part of it in BF16 while the engine "
-               "does. Exclude the whole fused group.")
+               "does. Exclude the whole fused group.",
+           backstop="exclusion_splits_fused_gemm")
 def x3_trainer_fusion(ctx: CheckContext):
     return [fail("X3", g, f"trainer GEMM mixes FP8 {fp8} and high precision {hp}; exclude all of them or none",
                  key="exclude") for g, fp8, hp in _mixed_groups(ctx.config, "megatron:")]
@@ -99,7 +101,8 @@ def x3_trainer_fusion(ctx: CheckContext):
                   " 32-row shard is not 128-divisible); vLLM 0.26 "
                   "model_executor/layers/quantization/utils/fp8_utils.py:1196-1245 (validate_fp8_block_shape)",
            why="A GEMM whose dims are not multiples of the weight block cannot carry block scales; vLLM fails in its "
-               "first forward. Add it to the exclusion set.")
+               "first forward. Add it to the exclusion set.",
+           backstop="router_exclusion_dropped")
 def x4_unquantizable(ctx: CheckContext):
     cfg, out = ctx.config, []
     if cfg.recipe.granularity != "block":
@@ -119,7 +122,8 @@ def x4_unquantizable(ctx: CheckContext):
            source="vLLM 0.26 model_executor/models/qwen3_moe.py:184-190 (shared_expert_gate is a ReplicatedLinear "
                   "with quant_config=None)",
            why="The engine builds this GEMM in BF16 whatever ignored_layers says; a trainer that quantizes it runs "
-               "another policy. Keep it in the exclusion set.")
+               "another policy. Keep it in the exclusion set.",
+           backstop="shared_expert_gate_quantized")
 def x5_forced(ctx: CheckContext):
     cfg, out = ctx.config, []
     for t in _linears(cfg):

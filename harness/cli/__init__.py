@@ -92,10 +92,12 @@ def cmd_catalog(args) -> int:
     from rich.table import Table
     from .report import console
     t = Table(title="fp8check invariant catalog")
-    for c in ("id", "family", "title", "condition", "source", "faults that trip it"):
+    for c in ("id", "family", "title", "condition", "source", "faults that must trip it"):
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(r["id"], r["family"], r["title"], r["condition"], r["source"], ", ".join(r["faults"]))
+        trips = ", ".join(r["faults"]) + (f" (backstop: fires beside others on {r['backstop']})" if r["backstop"]
+                                          else "")
+        t.add_row(r["id"], r["family"], r["title"], r["condition"], r["source"], trips)
     console().print(t)
     return EXIT_OK
 

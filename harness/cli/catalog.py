@@ -1,5 +1,6 @@
 """`fp8check catalog`: the invariants (with the stack file or tracker each mirrors) and, from the fault registry,
-which faults trip each one."""
+which faults must trip each one (all-must-trip), which may, and for a backstop the fault it fires on beside
+others."""
 from __future__ import annotations
 
 
@@ -13,5 +14,7 @@ def catalog_rows() -> list[dict]:
     for inv in REGISTRY.values():
         rows.append({"id": inv.id, "family": inv.family, "title": inv.title, "condition": inv.condition,
                      "scope": inv.scope, "severity": inv.severity, "source": inv.source, "why": inv.why,
-                     "live": inv.live, "faults": sorted(f.name for f in FAULTS.values() if inv.id in f.trips)})
+                     "live": inv.live, "faults": sorted(f.name for f in FAULTS.values() if inv.id in f.trips),
+                     "may_faults": sorted(f.name for f in FAULTS.values() if inv.id in f.may),
+                     "backstop": inv.backstop or None})
     return rows
