@@ -202,7 +202,10 @@ def _check_ordering(runs):
     # first step: naive and on-policy hold the same masters, so the sync alone differs
     first = {(r, a): _dlogprob(runs, r, a, step=0) for r, a in RUNS}
     assert first[("blockwise-pow2", "naive-fp8")] > first[("blockwise-pow2", "onpolicy-fp8")], first
-    assert first[("blockwise-fp32", "naive-fp8")] >= 0.98 * first[("blockwise-fp32", "onpolicy-fp8")], first
+    # FP32 scales: the BF16 round trip re-quantizes to the same codes with scales an ulp away, so the two arms'
+    # first-step mismatch agrees to well within 2 % (either way: naive better than on-policy is a failure too)
+    ratio = first[("blockwise-fp32", "naive-fp8")] / first[("blockwise-fp32", "onpolicy-fp8")]
+    assert abs(ratio - 1) < 0.02, (ratio, first)
 
 
 def _check_claims(runs):
@@ -236,7 +239,9 @@ def test_the_command_writes_records_figures_and_report(tmp_path, capsys):
     out = str(tmp_path / "run")
     rc = main(["e2e", "--steps", "2", "--seeds", "2", "--arms", "bf16,onpolicy-fp8", "--prompts", "2", "--group", "4",
                "--warmup", "1", "--jobs", "1", "--out", out])
-    assert rc in (0, 1)
+    # deterministic on CPU: two steps are too few for the learning claims (unknown) and the on-policy / BF16 ratio
+    # is above its bound at this size (violated: exit 1, the command's contract for a violated claim)
+    assert rc == 1
     lines = open(os.path.join(out, "steps.jsonl")).read().splitlines()
     strict = json.JSONDecoder(parse_constant=lambda c: pytest.fail(f"steps.jsonl holds {c}: not strict JSON"))
     for x in lines:
@@ -250,7 +255,10 @@ def test_the_command_writes_records_figures_and_report(tmp_path, capsys):
             assert im.size[0] > 300 and im.size[1] > 200
         assert f"plots/{m.key}.png" in report
     summary = json.load(open(os.path.join(out, "summary.json")))
-    assert {c["id"] for c in summary["claims"]} >= {"sync-bf16", "sync-onpolicy-fp8", "onpolicy-over-bf16"}
+    verdicts = {c["id"]: c["verdict"] for c in summary["claims"]}
+    assert verdicts == {"sync-bf16": "holds", "sync-onpolicy-fp8": "holds", "naive-over-onpolicy": "unknown",
+                        "onpolicy-over-bf16": "violated", "learning-bf16": "unknown",
+                        "learning-onpolicy-fp8": "unknown"}, verdicts
 
 
 @pytest.mark.parametrize("argv,needle", [
