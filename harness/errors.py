@@ -5,6 +5,13 @@ that the list has one source; each is re-exported from the module that raises it
 from __future__ import annotations
 
 
+def did_you_mean(value, choices) -> str:
+    """"; did you mean 'x'?" for the closest of `choices`, or nothing (the tail of a bad-input message)."""
+    import difflib
+    near = difflib.get_close_matches(str(value).strip().lower(), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
 class BadInput(ValueError):
     """The user's input cannot be used; the message names it and what to do."""
 

@@ -129,8 +129,8 @@ def s1_coverage(ctx: CheckContext):
     known = _layout_params(ctx)
     held = set(ctx.rollout.names())
     for k in sorted(set(known) - held - set(rec.unmaterialized)):
-        out.append(fail("S1", k, f"engine parameter {k} was not written by this sync (the engine state holds no "
-                                 f"such tensor)", stage="engine"))
+        out.append(fail("S1", k, f"engine parameter {k} is absent: the engine state holds no such tensor (never "
+                                 f"written by this sync, or missing from the snapshot)", stage="engine"))
     for k in sorted(held - set(known)):
         out.append(fail("S1", k, f"the engine holds {k}, which no trainer tensor maps to (not in the layout map)",
                         stage="engine"))

@@ -157,7 +157,7 @@ def test_missing_engine_parameter_is_coverage(snapdir, tmp_path):
     rc, out, err = run(["verify", str(d), "--json"])
     rep = json.loads(out)
     s1 = [f for f in rep["findings"] if f["invariant_id"] == "S1" and f["verdict"] == "fail"]
-    assert rc == 1 and any("model.layers.0.self_attn.qkv_proj.weight was not written by this sync" in f["message"]
+    assert rc == 1 and any(f["tensor"] == "model.layers.0.self_attn.qkv_proj.weight" and "is absent" in f["message"]
                            for f in s1), s1
     assert "check raised" not in out
 
@@ -182,12 +182,43 @@ def test_scalar_where_a_matrix_belongs_never_raises(snapdir, tmp_path, name):
     assert any(f["verdict"] == "fail" for f in json.loads(out)["findings"])
 
 
-def test_master_without_model_tensors_is_unknown_not_pass(snapdir, tmp_path):
+@pytest.mark.parametrize("name", ["model.layers.1.mlp.down_proj.weight", "model.norm.weight"])
+def test_missing_engine_tensor_is_named_by_s1(snapdir, tmp_path, name):
+    d = clone(snapdir, tmp_path / "s", "rollout.safetensors")
+    _edit_rollout(d, lambda t: t.pop(name))
+    rc, out, _ = run(["verify", str(d), "--json"])
+    s1 = [f for f in json.loads(out)["findings"] if f["invariant_id"] == "S1" and f["verdict"] == "fail"]
+    assert rc == 1 and [f["tensor"] for f in s1 if "is absent" in f["message"]] == [name], s1
+
+
+def test_master_without_model_tensors_is_a_bad_snapshot(snapdir, tmp_path):
     d = clone(snapdir, tmp_path / "s", "master.safetensors")
     save_file({"junk": torch.zeros(2)}, os.path.join(d, "master.safetensors"))
-    rc, out, _ = run(["verify", str(d), "--json"])
-    c1 = [f for f in json.loads(out)["findings"] if f["invariant_id"] == "C1"]
-    assert rc == 1 and c1 and all(f["verdict"] == "unknown" for f in c1), c1
+    rc, _, err = run(["verify", str(d), "--json"])
+    assert_clean_failure(rc, err, "master.safetensors", "holds none of tiny-dense's tensors")
+
+
+@pytest.mark.parametrize("name", ["model.layers.0.self_attn.q_norm.weight", "model.layers.0.mlp.down_proj.weight"])
+def test_master_of_the_wrong_shape_is_a_bad_snapshot(snapdir, tmp_path, name):
+    d = clone(snapdir, tmp_path / "s", "master.safetensors")
+    p = os.path.join(d, "master.safetensors")
+    t = load_file(p)
+    want = list(t[name].shape)
+    t[name] = t[name][:-1].contiguous()
+    save_file(t, p)
+    rc, _, err = run(["verify", str(d)])
+    assert_clean_failure(rc, err, "master.safetensors", repr(name), f"needs {want}")
+
+
+def test_snapshot_of_a_future_format_is_refused(snapdir, tmp_path):
+    d = clone(snapdir, tmp_path / "s")
+    mp = os.path.join(d, "manifest.json")
+    m = json.load(open(mp))
+    m["format_version"] += 1
+    json.dump(m, open(mp, "w"))
+    rc, _, err = run(["verify", str(d)])
+    assert_clean_failure(rc, err, "manifest.json", f"format_version {m['format_version']} is not supported",
+                         f"reads {m['format_version'] - 1}")
 
 
 @pytest.mark.parametrize("fname", ["manifest.json", "rollout.safetensors", "trainer.safetensors",
@@ -228,9 +259,13 @@ def _job_cases():
         ("epsilon string", {"fp8check.amax_epsilon": "tiny"}, None, "fp8check.amax_epsilon"),
         ("epsilon negative", {"fp8check.amax_epsilon": -1.0}, None, "fp8check.amax_epsilon"),
         ("recipe typo", {"trainer.policy.megatron_config.fp8_recipe": "blokwise"}, None, "fp8_recipe"),
+        ("recipe typo in a full job", None, ["--set", "trainer.policy.megatron_config.transformer_config_kwargs."
+                                             "fp8_recipe=blockwize"], "did you mean 'blockwise'?"),
         ("fp8 format typo", {"trainer.policy.megatron_config.fp8": "e4m4"}, None, "megatron_config.fp8"),
         ("sync mode typo", {"generator.inference_engine.fp8_weight_sync_mode": "blockwize"}, None,
          "fp8_weight_sync_mode"),
+        ("sync mode typo in a full job", None, ["--set", "generator.inference_engine.fp8_weight_sync_mode=blokwise"],
+         "did you mean 'blockwise'?"),
         ("lora rank string", {"trainer.policy.model.lora.rank": "16"}, None, "lora.rank"),
         ("model path int", {"trainer.policy.model.path": 7}, None, "trainer.policy.model.path"),
         ("top level list", ["a", "b"], None, "top level must be a mapping"),

@@ -7,6 +7,7 @@ import time
 
 from rich.table import Table
 
+from ..errors import did_you_mean
 from ..formats import RECIPES
 from ..models import ModelError, get_model, with_layers
 from .report import console, junit_xml
@@ -37,10 +38,11 @@ def run(args) -> int:
             get_model(m).require_modelled()
     for r in args.recipe or []:
         if r not in RECIPES:
-            raise cli.UsageError(f"--recipe {r}: unknown recipe; choose from {', '.join(RECIPES)}")
+            raise cli.UsageError(f"--recipe {r}: unknown recipe{did_you_mean(r, RECIPES)}; choose from {', '.join(RECIPES)}")
     for f in args.fault or []:
         if f not in fault_pkg.FAULTS:
-            raise cli.UsageError(f"--fault {f}: unknown fault; `fp8check faults --list` shows them")
+            raise cli.UsageError(f"--fault {f}: unknown fault{did_you_mean(f, fault_pkg.FAULTS)}; `fp8check faults --list` "
+                                 f"shows them")
     if args.list:
         from ..config import recommended_config
         from ..engines.registry import get_engine

@@ -49,8 +49,24 @@ def context_from_dir(path: str):
         for n in s.names():
             if n in digests and not digest_matches(read(n), digests[n]):
                 tampered.append(f"{role}:{n}")
+    _check_masters(config, snap.master, os.path.join(path, FILES["master"]))
     ctx = CheckContext(config, payload=snap.payload, trainer=snap.trainer, rollout=snap.rollout, master=snap.master)
     return ctx, tampered
+
+
+def _check_masters(config: SyncConfig, master, where: str):
+    """The masters are the model's own tensors in checkpoint names and shapes (C1 re-quantizes them): a file that
+    holds none of them, or one of the wrong shape, is a bad snapshot, not something a check can judge."""
+    want = {t.name: tuple(t.shape) for t in config.spec.tensors()}
+    names = master.names()
+    if not set(names) & set(want):
+        raise SnapshotError(f"{where}: holds none of {config.model}'s tensors (e.g. {next(iter(want))}); it is not "
+                            f"this snapshot's masters: re-create the snapshot with `fp8check snapshot`")
+    shape = getattr(master.tensors, "shape", lambda n: tuple(master[n].shape))
+    for n in names:
+        if n in want and shape(n) != want[n]:
+            raise SnapshotError(f"{where}: tensor {n!r} has shape {list(shape(n))}, {config.model} needs "
+                                f"{list(want[n])}; re-create the snapshot with `fp8check snapshot`")
 
 
 def verify_dir(path: str, as_json: bool = False, junit: str | None = None, allow_unknown: bool = False) -> int:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:                       # torch is imported where a tensor is made: pre-flight reads recipes without it
     import torch
 
-from ..errors import RecipeError  # noqa: F401 - raised here, defined with the other input errors
+from ..errors import RecipeError, did_you_mean  # noqa: F401 - RecipeError raised here, defined with the other input errors
 from .constants import FP8_FORMATS, MX_BLOCK
 
 GRANULARITIES = ("block", "mxfp8", "tensor")
@@ -124,7 +124,7 @@ RECIPES = {
 
 def get_recipe(name: str, **overrides) -> Recipe:
     if name not in RECIPES:
-        raise RecipeError(f"unknown recipe {name!r}; choose one of: {', '.join(RECIPES)}")
+        raise RecipeError(f"unknown recipe {name!r}{did_you_mean(name, RECIPES)}; choose one of: {', '.join(RECIPES)}")
     if not overrides:
         return RECIPES[name]
     base = RECIPES[name]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ConfigError, matches
+from ..errors import did_you_mean
 from .keys import (NEMO_DDP, NEMO_FP8, NEMO_MEGATRON, NEMO_VLLM, SKYRL_EIK, SKYRL_ENGINE, SKYRL_MEGATRON,
                    SKYRL_REF_MEGATRON, SKYRL_REF_TCK, SKYRL_TCK, VERL_MEGATRON, VERL_ROLLOUT,
                    VERL_RUNTIME_ENV, VERL_TC, VERL_VLLM_KWARGS)
@@ -61,8 +62,9 @@ def recipe_name(key: str, v, source: str):
         return None
     s = str(v).strip().lower()
     if s not in MEGATRON_RECIPES + ("auto",):
-        raise ConfigError(f"{source}: {key} = {v!r}: unknown FP8 recipe; expected blockwise, mxfp8 or auto "
-                          f"(Megatron-Core also knows {', '.join(r for r in MEGATRON_RECIPES if r not in CHECKED_RECIPES)})")
+        raise ConfigError(f"{source}: {key} = {v!r}: unknown FP8 recipe{did_you_mean(s, MEGATRON_RECIPES + ('auto',))} "
+                          f"(expected blockwise, mxfp8 or auto; Megatron-Core also knows "
+                          f"{', '.join(r for r in MEGATRON_RECIPES if r not in CHECKED_RECIPES)})")
     return s
 
 
@@ -178,7 +180,8 @@ def read_rollout_skyrl(r: Reader):
     mk = SKYRL_ENGINE + "fp8_weight_sync_mode"
     mode = r.val(mk)
     if mode is not None and mode not in SKYRL_WIRES + ("auto", "serialized_blockwise"):
-        raise ConfigError(f"{src}: {mk} = {mode!r}: expected blockwise, mxfp8 or auto")
+        raise ConfigError(f"{src}: {mk} = {mode!r}: unknown wire format"
+                          f"{did_you_mean(mode, SKYRL_WIRES + ('auto',))} (expected blockwise, mxfp8 or auto)")
     r.fact("wire_written", mode, mk)
     recipe = j.facts["recipe"].value
     if mode == "auto":

@@ -86,6 +86,11 @@ class LazyTensors(Mapping):
             self._cache[k] = self.read(k)
         return self._cache[k]
 
+    def shape(self, k) -> tuple[int, ...]:
+        """A tensor's shape from the file's header (nothing is read)."""
+        with safe_open(self.path, framework="pt") as f:
+            return tuple(f.get_slice(k).get_shape())
+
     def __contains__(self, k) -> bool:
         return k in self._keys
 
