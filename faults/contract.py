@@ -70,3 +70,16 @@ register(Fault("trainer_cp_packing_mismatch", "alignment", "config", ("A3",),
                                                                    packing=replace(c.packing, preprocess_multiple=16)),
                may=("A2",),    # trainer TP 4 also splits the MoE / hybrid models' narrower projections off the grid
                applies=lambda c: c.recipe.granularity == "block"))
+
+
+def _shared_expert_tp(c):
+    return replace(c, rollout=replace(c.rollout, tp_size=8))
+
+
+# vllm#52915: vLLM 0.26 lets a merged column-parallel layer (the shared expert's gate|up) run with shards
+# narrower than the block and loads the scale tile two ranks share wrong; the configuration itself is the bug
+register(Fault("shared_expert_shard_below_block", "alignment", "config", ("A2",),
+               "rollout TP 8 splits the shared expert's gate|up into 64-row shards, below the 128-row block: ranks "
+               "share a scale tile", _shared_expert_tp,
+               applies=lambda c: c.recipe.granularity == "block" and c.spec.is_moe
+               and 0 < c.spec.shared_expert_intermediate_size // 8 < c.recipe.block_shape[0], may=("S1", "S7")))

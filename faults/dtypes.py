@@ -75,3 +75,20 @@ def _hp_as_fp32(c, p, ctx, layer=0):
 register(Fault("hp_tensor_sent_as_fp32", "dtypes", "payload", ("S5",),
                "one BF16 tensor (an RMSNorm weight) sent as FP32; the engine casts it back silently", _hp_as_fp32,
                silent=True))
+
+
+def _fallback_bf16(c, p, ctx, index=0):
+    """The sender's quantizer raises on one weight; it sends the BF16 parameter instead, with no scale."""
+    from harness.sync.payload import ROLE_HP, record_for
+    n = pick(fp8_targets(c), index)
+    master = ctx.master_hf()[n].to(torch.bfloat16)
+    recs = [record_for(n, ROLE_HP, master, r.version) if r.name == n else r for r in p.records
+            if r.name != scale_name(n)]
+    tensors = {k: (master if k == n else v) for k, v in p.tensors.items() if k != scale_name(n)}
+    return type(p)(recs, tensors, p.version)
+
+
+# seen in more than one stack (verl's fp8_utils yields the BF16 tensor when quantizing fails)
+register(Fault("quantize_failure_sends_bf16", "dtypes", "payload", ("S5", "S6", "S1", "S2", "S4"),
+               "quantizing one weight fails and the sender falls back to its BF16 parameter, without a scale: the "
+               "engine's copy_ casts it into the FP8 slot", _fallback_bf16, may=("S3",)))

@@ -109,3 +109,12 @@ register(Fault("shared_expert_gate_quantized", "exclusion", "config", ("X5", "A1
                _without_default("mlp.shared_expert_gate"),
                applies=lambda c: "mlp.shared_expert_gate" in c.spec.default_exclude,
                may=("A2", "X4", "S1", "S2", "S3", "S4", "S5", "S6", "S7")))
+
+
+# prime-rl#2442: a router exclusion used as an unanchored regex (re.search semantics): `mlp.gate` also selects
+# mlp.gate_proj, the gate half of the fused gate|up GEMM (X1 sees it only where it selects several kinds)
+register(Fault("exclusion_unanchored_regex", "exclusion", "config", ("X2", "X3"),
+               "the router exclusion 'mlp.gate' applied as an unanchored regex (searched, not matched), which also "
+               "selects mlp.gate_proj: the gate half of gate|up in high precision, the up half in FP8",
+               lambda c: replace(c, exclude=tuple(c.exclude) + ("re:.*mlp.gate.*",)),
+               applies=lambda c: any(t.module.endswith(".mlp.gate_proj") for t in c.spec.tensors()), may=("X1",)))

@@ -133,3 +133,30 @@ register(Fault("tp_shards_swapped", "layouts", "engine", ("S2", "S3", "S4"),
                "with tensor parallelism 2, each rank narrows one row-parallel weight to the other rank's columns",
                _tp_swap, applies=lambda c: all(t == "full_attention" for t in c.spec.layer_types),
                configure=with_rollout(tp_size=2), silent=True))
+
+
+def _pp_double_remap(c, p, ctx, stages=2):
+    """Pipeline stages > 0 hold layers under local indices; their scales, already keyed by global names, are
+    remapped local -> global once more: layer l's scale_inv is sent under layer l + (layers per stage)."""
+    from dataclasses import replace as dc_replace
+    layers = len(c.spec.layer_types)
+    per_stage = -(-layers // stages)
+    if layers < 2:
+        raise LookupError("one layer: no pipeline stage > 0")
+
+    def moved(name):
+        parts = name.split(".")
+        if name.endswith("_scale_inv") and len(parts) > 3 and parts[1] == "layers" and int(parts[2]) >= per_stage:
+            return ".".join(parts[:2] + [str(int(parts[2]) + per_stage)] + parts[3:])
+        return name
+    recs = [dc_replace(r, name=moved(r.name)) for r in p.records]
+    tensors = {moved(k): v for k, v in p.tensors.items()}
+    return type(p)(recs, tensors, p.version)
+
+
+# ISEEKYAN/Megatron-LM#191: with pipeline parallelism, stages > 0 send another layer's scales (or, past the last
+# layer, names the engine does not have) and their own layers keep stale or poisoned scales
+register(Fault("pp_scales_remapped_twice", "layouts", "payload", ("S1", "S3", "S4"),
+               "pipeline stages > 0 remap their scales' layer index local -> global a second time: layer l's "
+               "scale_inv arrives as layer l + layers-per-stage's", _pp_double_remap, silent=True,
+               may=("S2", "S7")))

@@ -68,7 +68,9 @@ def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool
         if fault is None or "R3" in fault.declared:    # clean runs include the cold-vs-warm differential
             res, _, _ = reference_differential(config, fault=fault, check_ids=ids, probes=probe)
         else:
-            res, _, _ = reference_sync(config, fault=fault, check_ids=ids, probes=probe)
+            # a serving fault happens to an engine that already served a sync (what the sleep / wake then keeps)
+            steps = 2 if fault is not None and fault.stage == "serving" else 1
+            res, _, _ = reference_sync(config, fault=fault, check_ids=ids, probes=probe, steps=steps)
     except (LayoutError, EngineError, ConfigError) as e:
         # the engines cannot even be built from this configuration: the static rules must say why
         static = run_catalog(CheckContext(config), families=STATIC_FAMILIES, static_only=True)

@@ -13,3 +13,14 @@ register(Fault("postprocess_twice", "postload", "engine", ("S7",),
 register(Fault("write_into_detached_copy", "postload", "engine", ("S7", "S1", "S2", "S3", "S4"),
                "the loaded weights land in new tensors; the captured storage (CUDA graphs) keeps the old values",
                knobs={"detach_on_install": True}, silent=True, destructive=True))   # the storage stays detached
+
+# modal-projects/stitch#16 (its first half: the per-tensor requantization it also skipped is not modelled here)
+register(Fault("fused_shards_clobbered", "postload", "engine", ("S1", "S2", "S3", "S4"),
+               "the reload's staging buffer for a fused parameter is uninitialised and every q/k/v (gate/up) shard is "
+               "written at its start: the shards clobber each other, the rest of the buffer is served as it was",
+               knobs={"shard_offsets_lost": True}, silent=True, may=("S7",)))
+# NVIDIA-NeMo/RL#2081
+register(Fault("packed_scales_copied_raw", "postload", "engine", ("S3", "S4"),
+               "a patched post-process copy_s the checkpoint-layout scale grid into the scale tensor the kernel reads "
+               "MN-major (DeepGEMM's packed layout): every block reads another block's scale", 
+               knobs={"packed_scales_copied": True}, silent=True, may=("S2",)))

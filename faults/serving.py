@@ -22,3 +22,40 @@ register(Fault("wake_without_resync", "serving", "serving", ("R4",),
                "after a level-2 sleep the engine wakes and serves a generation before the weights are synced again "
                "(its weights' memory is uninitialized)", knobs={"sleep_level": 2, "generate_before_sync": True},
                configure=with_rollout(sleep_mode=True), silent=True))
+
+
+# -- the job's calibrated KV-cache scales (rollout.kv_scales=calibrated: they travel with every sync) ---------------
+def _calibrated(**rollout):
+    return with_rollout(kv_cache_dtype="fp8_e4m3", kv_scales="calibrated", **rollout)
+
+
+def _has_attention(c) -> bool:
+    return "full_attention" in c.spec.layer_types
+
+
+def _drop_kv_scales(c, p, ctx):
+    from .base import drop
+    if not c.kv_scale_names:
+        raise LookupError("no calibrated KV-cache scale in this configuration")
+    for n in c.kv_scale_names:
+        p = drop(p, n)
+    return p
+
+
+register(Fault("kv_scales_not_synced", "serving", "payload", ("R1", "S1"),
+               "a refit that never passes the job's calibrated KV-cache scales (NVIDIA-NeMo/RL#3226, colocated): "
+               "the engine keeps its previous ones (1.0 from boot) while the learner calibrated others",
+               _drop_kv_scales, configure=_calibrated(), applies=_has_attention, silent=True))
+register(Fault("wake_resets_kv_scales", "serving", "serving", ("R1",),
+               "the wake resets the calibrated FP8 KV-cache scales to 1.0, silently (vllm#45617)",
+               knobs={"sleep_level": 1, "wake_kv_scales": {"k": 1.0, "v": 1.0}},
+               configure=_calibrated(sleep_mode=True), applies=_has_attention, silent=True))
+register(Fault("kv_scales_zeroed_by_level2_sleep", "serving", "serving", ("R1",),
+               "a level-2 sleep zeroes the KV-cache scales (rebound as Parameters, missed by the buffer snapshot): "
+               "NaN log-probs after a weights-only reload (vllm#57163)",
+               knobs={"sleep_level": 2, "wake_kv_scales": {"k": 0.0, "v": 0.0}},
+               configure=_calibrated(sleep_mode=True), applies=_has_attention, silent=True))
+register(Fault("k_scale_zeroed_by_pause", "serving", "serving", ("R1",),
+               "the KV k_scale lives in the weights region: pause / resume (a level-2 sleep) zeroes it, v_scale "
+               "survives (sglang#27131)", knobs={"sleep_level": 2, "wake_kv_scales": {"k": 0.0}},
+               configure=_calibrated(sleep_mode=True), applies=_has_attention, silent=True))

@@ -15,6 +15,10 @@ from .models import LINEAR, ModelError, ModelSpec, get_model
 SYNC_MODES = ("onpolicy", "naive")
 INSTALL_PATHS = ("reload", "load_weights")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")     # vLLM 0.26 raises for fp8_e5m2 with an FP8 checkpoint
+# where the FP8 KV cache's scales come from: one declared value the engine adapter pins after boot and every wake
+# (an uncalibrated checkpoint: 1.0), or the job's per-layer calibration, produced by the trainer at every step and
+# carried by every sync as checkpoint tensors `model.layers.N.self_attn.{k,v}_scale` (vLLM's names)
+KV_SCALE_SOURCES = ("uniform", "calibrated")
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class RolloutConfig:
     kv_cache_dtype: str = "auto"     # auto (model dtype) | fp8 | fp8_e4m3: the rollout KV cache
     kv_scale: float = 1.0            # the KV-cache scale the kernels must read (uncalibrated checkpoint: 1.0)
     pin_kv_scales: bool = True       # the engine adapter sets the KV scales to kv_scale after boot and every wake
+    kv_scales: str = "uniform"       # uniform (kv_scale, pinned) | calibrated (per layer, from the trainer, synced)
     cuda_graphs: bool = False        # decode replays captured CUDA graphs (vLLM's default path; eager when False)
     sleep_mode: bool = False         # the engine sleeps (level 1 / 2) while the colocated trainer runs
     prefix_caching: bool = True      # vLLM's default; the engine resets the prefix cache after every weight sync
@@ -93,6 +98,8 @@ class SyncConfig:
             raise ConfigError(f"rollout.install: {self.rollout.install!r} is not one of {INSTALL_PATHS}")
         if self.rollout.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ConfigError(f"rollout.kv_cache_dtype: {self.rollout.kv_cache_dtype!r} is not one of {KV_CACHE_DTYPES}")
+        if self.rollout.kv_scales not in KV_SCALE_SOURCES:
+            raise ConfigError(f"rollout.kv_scales: {self.rollout.kv_scales!r} is not one of {KV_SCALE_SOURCES}")
         if not self.rollout.kv_scale > 0:
             raise ConfigError(f"rollout.kv_scale must be > 0, got {self.rollout.kv_scale!r}")
         if self.rollout.moe_backend not in ("triton", "deep_gemm"):
@@ -165,6 +172,19 @@ class SyncConfig:
     @property
     def fp8_kv_cache(self) -> bool:
         return self.rollout.kv_cache_dtype.startswith("fp8")
+
+    @property
+    def calibrated_kv(self) -> bool:
+        """Per-layer KV-cache scales from the trainer travel with every sync."""
+        return self.fp8_kv_cache and self.rollout.kv_scales == "calibrated"
+
+    @cached_property
+    def kv_scale_names(self) -> tuple[str, ...]:
+        """Checkpoint names of the calibrated KV-cache scales one sync carries (none without calibration)."""
+        if not self.calibrated_kv:
+            return ()
+        return tuple(f"model.layers.{i}.self_attn.{w}_scale" for i, lt in enumerate(self.spec.layer_types)
+                     if lt == "full_attention" for w in ("k", "v"))
 
     @property
     def lora_adapter_only(self) -> bool:

@@ -83,6 +83,9 @@ class WakeEvent:
     changed: list[str] = field(default_factory=list)
     generated_before_sync: bool = False
     synced_since: bool = False
+    syncs_since: int = 0                                   # weight syncs installed since this wake
+    kv_scales_before: dict[str, "KVScale"] | None = None   # the KV-cache scales before the sleep
+    kv_scales: dict[str, "KVScale"] | None = None          # ... and right after the wake (R1: as before, as declared)
 
 
 @dataclass

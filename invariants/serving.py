@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from harness.layouts import split_rank_name
+
 from .base import CheckContext, fail, invariant, passed, unknown
 
 
@@ -15,13 +17,56 @@ def _serving(ctx: CheckContext):
     return ctx.rollout.meta.serving if ctx.rollout is not None and ctx.rollout.meta is not None else None
 
 
+def _declared_kv(ctx: CheckContext):
+    """Attention layer (as the engine reports it) -> {"k": v, "v": v, ...} the kernels must read, or a reason.
+    Uniform: every scale is rollout.kv_scale. Calibrated: k and v as the trainer's calibration this sync carries
+    (`model.layers.N.self_attn.{k,v}_scale`); q and prob are not calibrated and not judged."""
+    cfg = ctx.config
+    layers = sorted(_serving(ctx).kv_scales)
+    if not cfg.calibrated_kv:
+        want = cfg.rollout.kv_scale
+        return {layer: {"k": want, "v": want, "q": want, "prob": want} for layer in layers}
+    if ctx.trainer is None:
+        return "no trainer snapshot: the calibrated scales this sync declares are unknown"
+    out = {}
+    for layer in layers:
+        hf = split_rank_name(layer)[1].removesuffix(".attn")           # model.layers.N.self_attn
+        d = {}
+        for which in ("k", "v"):
+            t = ctx.trainer.get(f"{hf}.{which}_scale")
+            if t is None:
+                return f"the trainer declares no {which} scale for {hf} (calibrated KV-cache scales)"
+            d[which] = float(t)
+        out[layer] = d
+    return out
+
+
+def _judge_kv(scales: dict, want: dict, when: str, what: str) -> list:
+    out = []
+    for layer, sc in sorted(scales.items()):
+        for which, exp in sorted(want.get(layer, {}).items()):
+            v = getattr(sc, which)
+            if v is None:
+                continue
+            if not math.isfinite(v) or v <= 0:
+                out.append(fail("R1", f"{layer}._{which}_scale", f"{which} scale {v!r} {when} is not finite and "
+                                "positive", value=v, expected=exp, when=when))
+            elif v != exp:
+                out.append(fail("R1", f"{layer}._{which}_scale", f"{which} scale {v!r} {when}, {what} {exp!r}",
+                                value=v, expected=exp, when=when))
+    return out
+
+
 @invariant("R1", "serving", "KV-cache scales as declared",
            "with an FP8 KV cache every attention layer's k / v (and q / prob) scales are finite, positive and equal to "
-           "the declared rollout.kv_scale, after boot, after every sync and after every wake", needs=("rollout",),
+           "the declared ones -- rollout.kv_scale, or the job's per-layer calibration the sync carries -- after boot, "
+           "after every sync and after every wake", needs=("rollout",),
            applies=lambda c: c.fp8_kv_cache,
            source="vLLM 0.26 model_executor/layers/quantization/kv_cache.py (dummy boot randomizes the scale "
-                  "parameters); SkyRL re-initializes FP8 KV scales after every wake",
-           why="a KV scale left at a dummy-boot or placeholder value quantizes every cached key and value with the "
+                  "parameters); SkyRL re-initializes FP8 KV scales after every wake; NVIDIA-NeMo/RL#3226 (a refit "
+                  "that never passed the calibrated scales), vllm#45617 (wake resets them to 1.0), vllm#57163 "
+                  "(level-2 sleep zeroes them), sglang#27131 (k_scale zeroed by pause/resume)",
+           why="a KV scale left at a dummy-boot, reset or zeroed value quantizes every cached key and value with the "
                "wrong scale: log-probs go NaN or silently wrong while the weights are byte-exact")
 def r1_kv_scales(ctx: CheckContext):
     sv = _serving(ctx)
@@ -29,22 +74,23 @@ def r1_kv_scales(ctx: CheckContext):
         return [unknown("R1", "the engine record has no KV-cache scales (the engine did not report them)")]
     if not sv.kv_scales:
         return [unknown("R1", "the engine reported no attention layer with KV-cache scales")]
-    want = ctx.config.rollout.kv_scale
-    out = []
-    for layer, sc in sorted(sv.kv_scales.items()):
-        for which in ("k", "v", "q", "prob"):
-            v = getattr(sc, which)
-            if v is None:
-                continue
-            if not math.isfinite(v) or v <= 0:
-                out.append(fail("R1", f"{layer}._{which}_scale", f"{which} scale {v!r} is not finite and positive",
-                                value=v, expected=want))
-            elif v != want:
-                out.append(fail("R1", f"{layer}._{which}_scale", f"{which} scale {v!r}, the config declares {want!r}",
-                                value=v, expected=want))
+    want = _declared_kv(ctx)
+    if isinstance(want, str):
+        return [unknown("R1", want)]
+    what = "the calibration this sync carries declares" if ctx.config.calibrated_kv else "the config declares"
+    out = _judge_kv(sv.kv_scales, want, "after the sync", what)
+    w = sv.wake
+    if w is not None and w.kv_scales is not None and w.syncs_since <= 1:     # the wake before this sync
+        if ctx.config.calibrated_kv:      # the calibration held before the sleep is what the wake must keep
+            before = {layer: {k: getattr(sc, k) for k in ("k", "v") if getattr(sc, k) is not None}
+                      for layer, sc in (w.kv_scales_before or {}).items()}
+            out += _judge_kv(w.kv_scales, before, f"after the level-{w.level} wake", "before the sleep it was")
+        else:
+            out += _judge_kv(w.kv_scales, _declared_kv(ctx), f"after the level-{w.level} wake", what)
     if out:
         return out[:20]
-    return [passed("R1", f"{len(sv.kv_scales)} attention layers serve KV scale {want!r}")]
+    return [passed("R1", f"{len(sv.kv_scales)} attention layers serve the declared KV scales "
+                         f"({'calibrated per layer' if ctx.config.calibrated_kv else repr(ctx.config.rollout.kv_scale)})")]
 
 
 @invariant("R2", "serving", "graph-visible storage stays",

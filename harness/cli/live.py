@@ -36,6 +36,10 @@ def run(args) -> int:
         raise UsageError(f"--model {config.model}: CPU reference only (vLLM 0.26 serves Qwen3.5 only as a multimodal "
                          f"model; live: tiny-dense, tiny-moe and {', '.join(LIVE_ARCHITECTURES)} configs without "
                          f"unmodelled features)")
+    if config.calibrated_kv:
+        raise UsageError("--set rollout.kv_scales=calibrated: per-layer KV-cache scales through vLLM 0.26's layerwise "
+                         "reload are not mirrored by fp8check's vLLM adapter yet (CPU reference: fp8check faults); "
+                         "use rollout.kv_scales=uniform")
     from faults import FAULTS, live_faults
     from e2e.live import run_live
     from ..engines.registry import get_engine
@@ -43,7 +47,8 @@ def run(args) -> int:
         else (args.faults or [])
     for n in names:
         if n not in FAULTS:
-            raise UsageError(f"--faults {n}: unknown fault; `fp8check faults --list` shows them")
+            from ..errors import did_you_mean
+            raise UsageError(f"--faults {n}: unknown fault{did_you_mean(n, FAULTS)}; `fp8check faults --list` shows them")
     workdir = args.workdir or tempfile.mkdtemp(prefix="fp8check-live-")
     if args.snapshot:
         from ..snapshot import prepare_out_dir

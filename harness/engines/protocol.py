@@ -25,12 +25,18 @@ Item = tuple[str, torch.Tensor, int]
 #   realloc_buffer        bool  a reload rebinds a graph-visible buffer to new storage
 #   keep_prefix_cache     bool  the prefix cache is not reset after the weight sync
 #   logit_scale           float the engine serves with its logits multiplied by this (until the next install)
+#   shard_offsets_lost    bool  every shard of a fused parameter is written at offset 0 of its (uninitialised)
+#                               staging buffer: shards clobber each other, the rest stays uninitialised
+#   packed_scales_copied  bool  post-load copies the checkpoint-layout scale grid's bytes into a scale tensor the
+#                               kernel reads MN-major (a patched post-process into DeepGEMM's packed layout)
 KNOBS = ("post_process_repeats", "detach_on_install", "generate_during_update", "kv_scale_placeholder",
-         "realloc_buffer", "keep_prefix_cache", "logit_scale")
+         "realloc_buffer", "keep_prefix_cache", "logit_scale", "shard_offsets_lost", "packed_scales_copied")
 # Serving-cycle knobs the pipeline turns itself (faults of stage "serving", harness.sync.pipeline.serving_cycle):
 #   sleep_level           int   sleep at this level and wake before the sync
 #   generate_before_sync  bool  serve a generation after the wake, before the weights are synced again
-SERVING_KNOBS = ("sleep_level", "generate_before_sync")
+#   wake_kv_scales        dict  the wake leaves these KV-cache scales ({"k": 0.0} or {"k": 1.0, "v": 1.0}) in
+#                               every attention layer (an engine's wake fault, turned by fp8check's own engines)
+SERVING_KNOBS = ("sleep_level", "generate_before_sync", "wake_kv_scales")
 
 
 class EngineError(RuntimeError):

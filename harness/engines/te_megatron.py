@@ -20,6 +20,7 @@ from ..config import SyncConfig
 from ..formats import te_to_wire
 from ..layouts import scale_name
 from ..record import TrainerRecord
+from .cpu.masters import kv_calibration
 from .cpu.trainer import act_quant_kind, masters_hf, megatron_masters
 
 
@@ -222,7 +223,9 @@ class MegatronTrainer:
         return out
 
     def export_hf(self) -> dict:
-        return self.layout.megatron_to_hf(self.fp8_forward_weights())
+        """The FP8 forward bytes read from TE's workspaces, and the job's calibrated KV-cache scales (the same
+        calibration the reference trainer holds) where the config has them."""
+        return {**self.layout.megatron_to_hf(self.fp8_forward_weights()), **kv_calibration(self.config, self.step)}
 
     # -- the RL loop's update (e2e/rl/engines.py RLTrainer.train_step) -------------------------------------------
     def train_step(self, batch: dict, loss) -> dict:

@@ -12,6 +12,8 @@ VLLM_USE_DEEP_GEMM, VLLM_USE_DEEP_GEMM_E8M0 from the config.
 """
 from __future__ import annotations
 
+from copy import copy
+
 import json
 import os
 from collections import defaultdict
@@ -74,13 +76,17 @@ class VLLMEngine:
     """One vLLM engine in this process (the remote wrapper runs it inside a Ray actor)."""
     engine = "vllm-0.26"
     knobs = frozenset(("post_process_repeats", "detach_on_install", "kv_scale_placeholder", "realloc_buffer",
-                       "keep_prefix_cache"))
+                       "keep_prefix_cache", "logit_scale"))
 
     def __init__(self, config: SyncConfig, workdir: str | None = None, gpu_memory_utilization: float = 0.12,
                  seed: int = 0, ignored_layers=None, llm=None, observe_only: bool = False, **llm_kwargs):
         """`llm`: an engine someone else built (it must carry fp8check's worker extension); otherwise one is
         started for `config`. `observe_only`: read, never set anything (a user's engine: no KV-scale pinning,
         versions not claimed). `llm_kwargs` go to vllm.LLM (e.g. enforce_eager=False, kv_cache_dtype)."""
+        if config.calibrated_kv:
+            raise EngineError("rollout.kv_scales=calibrated: installing per-layer KV-cache scales through vLLM 0.26's "
+                              "layerwise reload is not mirrored by fp8check's vLLM adapter yet (CPU reference only); "
+                              "use rollout.kv_scales=uniform")
         self.config = config
         self.tp = config.rollout.tp_size
         self.ignored_layers = list(config.ignored_layers if ignored_layers is None else ignored_layers)
@@ -113,9 +119,10 @@ class VLLMEngine:
         self.generations: list[Generation] = []
         self.poisoned = False
         self.boot_kv_scales = _kv(self.rpc("fp8check_kv_scales")[0])     # what vLLM left at boot
-        if config.rollout.pin_kv_scales and not observe_only:
+        if config.rollout.pin_kv_scales and not observe_only:    # (calibrated scales are refused above)
             self.rpc("fp8check_pin_kv_scales", float(config.rollout.kv_scale))
         self.sleep_level, self.wake_event, self.outputs, self._pre_sleep = 0, None, None, None
+        self._logit_scaled = False
 
     def rpc(self, method: str, *args):
         return self.llm.collective_rpc(method, args=args)
@@ -177,8 +184,12 @@ class VLLMEngine:
             self.llm.reset_prefix_cache()        # a weight sync does not reset it in vLLM 0.26
         if knobs.get("kv_scale_placeholder") is not None or knobs.get("realloc_buffer"):
             self.rpc("fp8check_serving_fault", knobs)
+        if knobs.get("logit_scale") is not None or self._logit_scaled:     # set for this install, reset after
+            self.rpc("fp8check_serving_fault", {"logit_scale": knobs.get("logit_scale")})
+            self._logit_scaled = knobs.get("logit_scale") is not None
         if self.wake_event is not None:
             self.wake_event.synced_since = True
+            self.wake_event.syncs_since += 1
         return rec
 
     def quantize_online(self, items):
@@ -241,7 +252,7 @@ class VLLMEngine:
         return ServingState(cuda_graphs=self.cuda_graphs, kv_cache_dtype=self.config.rollout.kv_cache_dtype,
                             kv_scales=None if self.sleep_level else _kv(self.rpc("fp8check_kv_scales")[0]),
                             boot_kv_scales=self.boot_kv_scales, graph_storage=watched, graph_storage_moved=moved,
-                            sleep_level=self.sleep_level, wake=self.wake_event, outputs=self.outputs)
+                            sleep_level=self.sleep_level, wake=copy(self.wake_event), outputs=self.outputs)
 
     # -- sleep / wake (enable_sleep_mode) ------------------------------------------------------------------------
     def sleep(self, level: int = 1):
@@ -250,21 +261,27 @@ class VLLMEngine:
         if self.sleep_level:
             raise EngineError("the engine is already asleep")
         self._pre_sleep = self.state_digests()
+        self._kv_before_sleep = _kv(self.rpc("fp8check_kv_scales")[0])
         self.llm.sleep(level=level)
         self.sleep_level = level
 
-    def wake(self):
+    def wake(self, kv_scales: dict | None = None):
         """Wake every pool (weights first is what vLLM needs after level 2), then what an RL stack does after a
-        wake: KV scales pinned again (vLLM 0.26 resets only k/v on the V1 runner, nothing on V2)."""
+        wake: KV scales pinned again (vLLM 0.26 resets only k/v on the V1 runner, nothing on V2). `kv_scales` (a
+        wake fault, fp8check's own engine): leave these KV-cache scales in every attention layer first."""
         if not self.sleep_level:
             raise EngineError("the engine is not asleep")
         self.rpc("fp8check_empty_cache")
         self.llm.wake_up()
         level, self.sleep_level = self.sleep_level, 0
+        if kv_scales:
+            self.rpc("fp8check_serving_fault", {"wake_kv_scales": dict(kv_scales)})
         after = self.state_digests()
-        self.wake_event = WakeEvent(level, sorted(n for n in after if after[n] != self._pre_sleep.get(n)))
-        if self.config.rollout.pin_kv_scales:
+        if self.config.rollout.pin_kv_scales and not self.config.calibrated_kv:
             self.rpc("fp8check_pin_kv_scales", float(self.config.rollout.kv_scale))
+        self.wake_event = WakeEvent(level, sorted(n for n in after if after[n] != self._pre_sleep.get(n)),
+                                    kv_scales_before=self._kv_before_sleep,
+                                    kv_scales=_kv(self.rpc("fp8check_kv_scales")[0]))
 
     def _note_generation(self):
         if self.sleep_level:

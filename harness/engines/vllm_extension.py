@@ -221,6 +221,16 @@ class FP8CheckWorkerExtension:
             if knobs.get("kv_scale_placeholder") is not None:
                 first = next(iter(self._fp8check_attention().values()))
                 first._k_scale.fill_(float(knobs["kv_scale_placeholder"]))
+            for which, v in (knobs.get("wake_kv_scales") or {}).items():     # a wake that resets / zeroes them
+                for m in self._fp8check_attention().values():
+                    getattr(m, f"_{which}_scale").fill_(float(v))
+                    if hasattr(m, f"_{which}_scale_float"):
+                        setattr(m, f"_{which}_scale_float", float(v))
+            if "logit_scale" in knobs:       # vLLM's LogitsProcessor.scale multiplies the logits (prompt log-probs too)
+                lp = self._fp8check_model().logits_processor
+                st = self._fp8check()
+                st.setdefault("logit_scale0", lp.scale)
+                lp.scale = st["logit_scale0"] if knobs["logit_scale"] is None else float(knobs["logit_scale"])
             if knobs.get("realloc_buffer"):
                 model = self._fp8check_model()
                 name, buf = next((n, b) for n, b in model.named_buffers() if n.endswith("cos_sin_cache"))

@@ -13,8 +13,8 @@ from ..config import SyncConfig
 from ..formats.bytes import as_bytes
 from ..layouts import is_scale_name, scale_name, weight_of_scale
 
-ROLE_FP8, ROLE_SCALE, ROLE_HP = "fp8", "scale", "hp"
-ROLES = (ROLE_FP8, ROLE_SCALE, ROLE_HP)
+ROLE_FP8, ROLE_SCALE, ROLE_HP, ROLE_KV = "fp8", "scale", "hp", "kv_scale"
+ROLES = (ROLE_FP8, ROLE_SCALE, ROLE_HP, ROLE_KV)
 
 
 class PayloadError(ValueError):
@@ -159,6 +159,9 @@ def build_payload(config: SyncConfig, trainer_hf: dict[str, torch.Tensor], versi
                 add(scale_name(n), ROLE_SCALE, s, tuple(recipe.block_shape))
         else:
             add(n, ROLE_HP, trainer_hf[n].to(torch.bfloat16))
+    for n in config.kv_scale_names:             # the job's calibrated KV-cache scales, fp32 scalars
+        if n in trainer_hf:
+            add(n, ROLE_KV, trainer_hf[n].float())
     return Payload(recs, tensors, version)
 
 
@@ -171,9 +174,11 @@ def expected_wire(config: SyncConfig) -> dict[str, tuple[str, torch.dtype]]:
             out[scale_name(spec.name)] = (ROLE_SCALE, config.recipe.scale_dtype)
         else:
             out[spec.name] = (ROLE_HP, torch.bfloat16)
+    for n in config.kv_scale_names:
+        out[n] = (ROLE_KV, torch.float32)
     return out
 
 
-__all__ = ["Payload", "PayloadError", "ROLES", "ROLE_FP8", "ROLE_HP", "ROLE_SCALE", "TensorRecord",
+__all__ = ["Payload", "PayloadError", "ROLES", "ROLE_FP8", "ROLE_HP", "ROLE_KV", "ROLE_SCALE", "TensorRecord",
            "build_payload", "byte_view", "dtype_name", "expected_wire", "is_scale_name", "parse_dtype", "record_for",
            "tensor_bytes", "tensor_digest", "weight_of_scale"]

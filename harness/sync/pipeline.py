@@ -110,7 +110,10 @@ def serving_cycle(rollout, knobs: dict, prompts):
     """Sleep at `sleep_level` and wake (what a colocated RL loop does around every train step); with
     `generate_before_sync`, serve a generation after the wake before the next weight sync (the fault)."""
     rollout.sleep(int(knobs.get("sleep_level", 1)))
-    rollout.wake()
+    if knobs.get("wake_kv_scales") is not None:        # what a broken wake does to the KV-cache scales
+        rollout.wake(kv_scales=dict(knobs["wake_kv_scales"]))
+    else:
+        rollout.wake()
     if knobs.get("generate_before_sync"):
         rollout.generate_logprobs(prompts[:1])
 

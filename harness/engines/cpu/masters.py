@@ -137,4 +137,17 @@ def masters_hf(config, step: int) -> Mapping[str, torch.Tensor]:
     return LazyMap([t.name for t in spec.tensors()], lambda n: per_tensor_master(spec, config.seed, step, n))
 
 
-__all__ = ["CHUNK", "STEP_NOISE", "masters_hf", "megatron_masters", "per_tensor_master"]
+def kv_calibration(config, step: int) -> dict[str, torch.Tensor]:
+    """The job's calibrated FP8 KV-cache scales at `step` (fp32 scalars under vLLM's checkpoint names, empty
+    without calibration). A deterministic stand-in for a calibration pass (amax of each layer's keys and values
+    over calibration prompts / 448): per layer, different for k and v, and moving with the step as a job that
+    recalibrates at every refit (NeMo RL) has them."""
+    out = {}
+    for n in config.kv_scale_names:
+        layer = int(n.split(".")[2])
+        base = 0.02 * (1 + 0.25 * layer) * (1 + 0.01 * step)
+        out[n] = torch.tensor(base if n.endswith("k_scale") else 0.6 * base, dtype=torch.float32)
+    return out
+
+
+__all__ = ["CHUNK", "STEP_NOISE", "kv_calibration", "masters_hf", "megatron_masters", "per_tensor_master"]

@@ -75,7 +75,7 @@ class ReferenceRollout(ServingMirror):
     engine = "cpu-reference-vllm"
     DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None,
                      "kv_scale_placeholder": None, "realloc_buffer": False, "keep_prefix_cache": False,
-                     "logit_scale": None}
+                     "logit_scale": None, "shard_offsets_lost": False, "packed_scales_copied": False}
     knobs = frozenset(DEFAULT_KNOBS)
 
     def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234, shard_rank=None):
@@ -202,6 +202,11 @@ class ReferenceRollout(ServingMirror):
             if rank_name(wname, rank, self.tp) in self.post_load.params:
                 staged[wname], staged[sname] = TRANSFORMS[self.post_load.kind](
                     staged[wname], staged[sname], tuple(self.post_load.block_shape))
+            if record is not None and self._knobs["packed_scales_copied"] and staged[sname].dim() >= 2:
+                # the kernel reads the grid MN-major; a copy_ of the checkpoint layout's bytes lands transposed
+                s = staged[sname]
+                nb, kb = s.shape[-2:]
+                staged[sname] = s.reshape(*s.shape[:-2], kb, nb).transpose(-1, -2).contiguous()
 
     def _post_process_all(self):
         for r, params in enumerate(self.params):
@@ -280,6 +285,9 @@ class ReferenceRollout(ServingMirror):
         as-is, with no post-load, and the rest keeps its old bytes."""
         for item in weights:
             name, tensor = item[0], item[1]
+            if name in self.config.kv_scale_names:
+                self._load_kv_scale(name, tensor)
+                continue
             for r in range(self.tp):
                 pieces = self._pieces_for(name, r, rec)
                 if any(self.param_module(p.dst) in self.fp8_modules for p in pieces):
@@ -315,8 +323,13 @@ class ReferenceRollout(ServingMirror):
             ver = item[2] if len(item) > 2 else rec.version
             if loads == self._knobs["generate_during_update"]:   # a scheduler that was not paused
                 self._serve_generation([[1, 2, 3, 4]])
+            if name in self.config.kv_scale_names:
+                self._load_kv_scale(name, tensor)
+                continue
             for r in range(self.tp):
                 for p in self._pieces_for(name, r, rec):
+                    if self._knobs["shard_offsets_lost"] and self._fused(p.dst, r):
+                        p = replace(p, dst_row=0)              # every shard lands at the buffer's start
                     mod = self.param_module(p.dst)
                     if mod in done[r]:
                         rec.dropped_loads.append(rank_name(name, r, self.tp))
@@ -343,6 +356,11 @@ class ReferenceRollout(ServingMirror):
             for n, vs in new_versions[r].items():
                 self.versions[r][n] = set(vs)
         rec.completed = sorted(rec.completed)
+
+    def _fused(self, dst: str, rank: int) -> bool:
+        """Several checkpoint tensors load into this parameter (q|k|v, gate|up: one stacked buffer)."""
+        w = dst.removesuffix("_scale_inv")
+        return sum(1 for p in self.layout.vllm[rank] if p.dst == w) > 1
 
     def _finish(self, rank: int, mod: str, staged: dict[str, torch.Tensor], rec: UpdateRecord):
         self._post_process(rank, mod, staged, rec)

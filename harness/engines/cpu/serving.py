@@ -16,6 +16,8 @@
 """
 from __future__ import annotations
 
+from copy import copy
+
 import torch
 
 from ...digest import state_digest
@@ -47,7 +49,7 @@ class ServingMirror:
             self.buffers.append(b)
         self._boot_kv_scales(seed)
         self.boot_kv_scales = self.kv_scales()
-        if cfg.rollout.pin_kv_scales:
+        if self._pins_kv:
             self.pin_kv_scales(cfg.rollout.kv_scale)
         self._watched = {**self._ptrs(), **self._buffer_ptrs()}   # what the captured graphs read
         self.sleep_level, self.wake_event = 0, None
@@ -65,6 +67,18 @@ class ServingMirror:
             for n, t in b.items():
                 if n.rsplit(".", 1)[1] in SCALES:
                     t.fill_(v)
+
+    @property
+    def _pins_kv(self) -> bool:
+        """A uniform KV scale is pinned by the adapter after boot and every wake; calibrated ones come with syncs."""
+        return self.config.rollout.pin_kv_scales and not self.config.calibrated_kv
+
+    def _load_kv_scale(self, name: str, value: torch.Tensor):
+        """A calibrated scale (`model.layers.N.self_attn.k_scale`) into every rank's kernel buffer
+        (`...self_attn.attn._k_scale`), as vLLM's KV-cache post-load copies the loaded scale into it."""
+        layer, which = name.rsplit(".", 1)
+        for b in self.buffers:
+            b[f"{layer}.attn._{which}"].fill_(float(value))
 
     def _buffer_ptrs(self) -> dict[str, int]:
         return {rank_name(n, r, self.tp): t.data_ptr() for r, b in enumerate(self.buffers) for n, t in b.items()}
@@ -96,6 +110,7 @@ class ServingMirror:
         self.logit_scale = float(knobs["logit_scale"]) if knobs.get("logit_scale") is not None else 1.0
         if self.wake_event is not None:
             self.wake_event.synced_since = True
+            self.wake_event.syncs_since += 1
 
     # -- sleep / wake ---------------------------------------------------------------------------------------
     def sleep(self, level: int = 1):
@@ -104,11 +119,14 @@ class ServingMirror:
         if self.sleep_level:
             raise EngineError("the engine is already asleep")
         self._pre_sleep = self.state_digests()
+        self._kv_before_sleep = self.kv_scales()
         self._saved_buffers = [{n: t.clone() for n, t in b.items()} for b in self.buffers]
         self._prefix_cache.clear()                             # LLM.sleep clears the prefix cache
         self.sleep_level = level
 
-    def wake(self):
+    def wake(self, kv_scales: dict | None = None):
+        """`kv_scales` (a fault, fp8check's own engines only): the wake leaves these KV-cache scales ({"k": 0.0},
+        {"k": 1.0, "v": 1.0}) in every attention layer, as the engine bugs it mirrors do."""
         if not self.sleep_level:
             raise EngineError("the engine is not asleep")
         level, self.sleep_level = self.sleep_level, 0
@@ -119,11 +137,17 @@ class ServingMirror:
             for b, saved in zip(self.buffers, self._saved_buffers):
                 for n, t in b.items():
                     t.copy_(saved[n])
+        for which, v in (kv_scales or {}).items():
+            for b in self.buffers:
+                for n, t in b.items():
+                    if n.endswith(f"._{which}_scale"):
+                        t.fill_(float(v))
         after = self.state_digests()
         changed = sorted(n for n in after if after[n] != self._pre_sleep.get(n))
-        self.wake_event = WakeEvent(level, changed)
-        if self.config.rollout.pin_kv_scales:
+        if self._pins_kv:
             self.pin_kv_scales(self.config.rollout.kv_scale)
+        self.wake_event = WakeEvent(level, changed, kv_scales_before=self._kv_before_sleep,
+                                    kv_scales=self.kv_scales())
 
     def _note_generation(self):
         w = self.wake_event
@@ -161,7 +185,7 @@ class ServingMirror:
         return ServingState(cuda_graphs=self.config.rollout.cuda_graphs, kv_cache_dtype=self.config.rollout.kv_cache_dtype,
                             kv_scales=self.kv_scales(), boot_kv_scales=self.boot_kv_scales, graph_storage=len(self._watched),
                             graph_storage_moved=sorted(n for n, p in self._watched.items() if now.get(n) != p),
-                            sleep_level=self.sleep_level, wake=self.wake_event, outputs=self.outputs)
+                            sleep_level=self.sleep_level, wake=copy(self.wake_event), outputs=self.outputs)
 
     def serving_digest(self) -> str:
         """Digest of every buffer (the cold-vs-warm differential compares them too)."""

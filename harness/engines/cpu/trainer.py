@@ -16,7 +16,7 @@ from ...lazy import LazyMap
 from ...memo import Memo
 from ...numerics.forward import Weights, act_quant, dequantized, prompts_logprobs
 from ...record import TrainerRecord
-from .masters import masters_hf, megatron_masters
+from .masters import kv_calibration, masters_hf, megatron_masters
 
 # The reference trainer is deterministic in (model, seed, step): the fault matrix builds hundreds of them, so the
 # FP8 images and BF16 copies of the masters are memoized, per tensor (high-precision tensors are shared by every
@@ -105,9 +105,10 @@ class ReferenceTrainer:
         return forward_state(self.layout.megatron_shapes, lambda k: forward_weight(self.config, step, k))
 
     def export_hf(self) -> dict[str, torch.Tensor]:
-        """Trainer snapshot in HF names: exactly the bytes the learner's forward uses (a fresh dict; the
-        tensors are shared with a memo and must not be written in place)."""
-        return self.layout.megatron_to_hf(self.fp8_forward_weights())
+        """Trainer snapshot in HF names: exactly the bytes the learner's forward uses, and the job's calibrated
+        KV-cache scales where it has them (a fresh dict; the tensors are shared with a memo and must not be
+        written in place)."""
+        return {**self.layout.megatron_to_hf(self.fp8_forward_weights()), **kv_calibration(self.config, self.step)}
 
     def export_hf_at(self, step: int):
         """What `export_hf` returned at `step` (the reference is deterministic in the step), as a mapping that
@@ -118,7 +119,9 @@ class ReferenceTrainer:
         def megatron(k):
             w = forward_weight(self.config, step, weight_of_scale(k) if is_scale_name(k) else k)
             return w if not isinstance(w, tuple) else (w[1] if is_scale_name(k) else w[0])
-        return self.layout.megatron_to_hf_lazy(LazyMap(names, megatron))
+        hf = self.layout.megatron_to_hf_lazy(LazyMap(names, megatron))
+        kv = kv_calibration(self.config, step)
+        return {**dict(hf.items()), **kv} if kv else hf
 
     def master_hf(self) -> dict[str, torch.Tensor]:
         return masters_hf(self.config, self.step)

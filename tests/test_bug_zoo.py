@@ -1,0 +1,49 @@
+"""docs/bug-zoo.md against the registry: every report's fault exists, applies to a shipped tiny model, is caught
+there by every invariant the table says must fire (and the fault declares the same set), and the table's live
+column says what `Fault.live_injectable` says for running vLLM engines."""
+import os
+import re
+
+import pytest
+
+import faults
+from faults.matrix import TINY_MODELS, run_cell
+from harness.config import recommended_config
+from harness.engines.vllm import VLLMEngine
+from harness.formats import RECIPES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPORTS = ("NVIDIA-NeMo/RL#3226", "vllm#57163", "vllm#45617", "sglang#27131", "modal-projects/stitch#16", "verl#7918",
+           "prime-rl#2442", "vllm#52915", "ISEEKYAN/Megatron-LM#191", "NVIDIA-NeMo/RL#2081", "verl `fp8_utils` (and other stacks)")
+
+
+def _rows():
+    text = open(os.path.join(ROOT, "docs", "bug-zoo.md")).read()
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[2].startswith("`"):
+            rows.append({"report": cells[0], "fault": cells[2].strip("`"), "must": tuple(x.strip() for x in
+                         cells[3].split(",")), "live": cells[5]})
+    return rows
+
+
+ROWS = _rows()
+
+
+def test_every_report_of_the_issue_is_a_row():
+    assert [r["report"] for r in ROWS] == list(REPORTS)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["fault"] for r in ROWS])
+def test_each_report_is_a_fault_caught_by_what_the_table_says(row):
+    f = faults.FAULTS[row["fault"]]
+    assert set(f.trips) == set(row["must"]), (f.trips, row["must"])
+    cells = [(m, r) for m in TINY_MODELS for r in RECIPES if f.applies(recommended_config(m, r))]
+    assert cells, f"{f.name} applies to no shipped model"
+    for m, r in cells[:2]:
+        c = run_cell(f, m, r)
+        assert c.verdict == "caught" and not c.undeclared, (m, r, c.verdict, c.fired, c.detail)
+    cfg = recommended_config(*cells[0])
+    live = f.live_injectable(cfg, VLLMEngine.knobs)
+    assert row["live"].startswith("yes") == live, (row["live"], live)
