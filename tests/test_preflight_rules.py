@@ -56,7 +56,7 @@ TABLE = {
     "K1": (case(), case(sets=[T + "fp8_recipie=blockwise"])),
     "K3": (case(SKB, env=SKB_ENV, gpu="sm100"), case(SKB, env=SKB_ENV, gpu="sm100", sets=[IE + "fp8_weight_sync_mode=blockwise"])),
     "K5": (case(), case(sets=[IE + "fp8_weight_sync_mode=null"])),
-    "K6": (case(VE), case(VE, sets=["algorithm.rollout_correction.rollout_is=null"])),
+    "K6": (case(), case(VE, sets=["algorithm.rollout_correction.rollout_is=null"])),
     "K9": (case(), case(sets=["trainer.ref.megatron_config.transformer_config_kwargs.fp8_recipe=mxfp8"])),
     "K12": (case(SKB, env=SKB_ENV, gpu="sm100"), case(env=SKB_ENV, gpu="sm100")),
     "K20": (case(NE), case(NE, sets=["policy.make_sequence_length_divisible_by=${mul:2,2}"])),
@@ -208,6 +208,24 @@ def test_rule(rule, which, cfg, tmp_path, capsys, clean_env):
         assert levels.get(rule) == inv.severity, (rule, levels.get(rule))
         if inv.severity == "error":
             assert rc == 1
+
+
+@pytest.mark.parametrize("rule,cfg", [
+    ("K5", case(VE, sets=VERL_FP8_TRAIN)),                     # verl FP8 E2E: BF16 sync, rollout_is=token on
+    ("K6", case(VE)),                                         # verl BF16 learner + FP8 rollout, rollout_is=token on
+    ("K6", case(NE)),                                         # NeMo RL FP8 generation with its IS correction
+])
+def test_off_policy_by_construction_with_a_correction_is_a_warning_naming_the_mismatch(rule, cfg, tmp_path, capsys,
+                                                                                      clean_env):
+    """K5 and K6 judge one condition (a sampler off the learner's numerics by construction) alike: an error without
+    the stack's importance-sampling correction (TABLE's failing cases), a warning with it that says what to expect."""
+    monkeypatch = clean_env
+    monkeypatch.setattr(jobconfig, "detect_gpu", lambda: None)
+    argv = ["preflight", cfg["path"], "--gpu", cfg["gpu"], "--json"] + [a for x in cfg["sets"] for a in ("--set", x)]
+    main(argv)
+    lines = [ln for ln in json.loads(capsys.readouterr().out)["lines"] if ln["rule"] == rule]
+    assert [ln["level"] for ln in lines] == ["warning"], lines
+    assert "importance-sampling correction is on" in lines[0]["why"] and "gen_kl_error" in lines[0]["why"], lines
 
 
 def test_table_covers_every_preflight_rule():

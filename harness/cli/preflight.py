@@ -54,7 +54,7 @@ def rule_lines(job) -> list[Line]:
             field = ev.get("key", "")
             src = job.sources.get(field)
             key, value = (src if src else (f.tensor or field or "-", None))
-        level = "warning" if f.verdict == "unknown" or inv.severity == "warning" else "error"
+        level = "warning" if f.verdict == "unknown" or ev.get("severity", inv.severity) == "warning" else "error"
         group = (f.invariant_id, str(key)) if src else None
         if group in seen:                     # one line per rule and key; the rest are counted
             seen[group][1] += 1
@@ -221,7 +221,7 @@ def explain_job(inv, job) -> dict:
     verdict = "pass"
     for f in findings:
         if f.verdict == "fail":
-            verdict = "fail" if inv.severity == "error" else "fail (warning)"
+            verdict = "fail" if f.evidence.get("severity", inv.severity) == "error" else "fail (warning)"
         elif f.verdict == "unknown" and verdict == "pass":
             verdict = "unknown"
     read, seen = [], set()

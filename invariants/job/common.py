@@ -9,9 +9,13 @@ OWN = "fp8check's own"
 NEEDS = ("job",)
 
 
-def finding(rule: str, key, value, why: str, fix: str = ""):
-    """A failed job rule: the key as the user writes it, its value, why it fails and what to change."""
-    return fail(rule, None, why, key=key, value=value, fix=fix)
+def finding(rule: str, key, value, why: str, fix: str = "", severity: str | None = None):
+    """A failed job rule: the key as the user writes it, its value, why it fails and what to change. `severity`
+    overrides the rule's own for this finding (a condition whose weight depends on the rest of the job)."""
+    ev = {"key": key, "value": value, "fix": fix}
+    if severity is not None:
+        ev["severity"] = severity
+    return fail(rule, None, why, **ev)
 
 
 def module_kind(module: str) -> str:
