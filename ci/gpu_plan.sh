@@ -8,6 +8,10 @@
 #   5  the end-to-end RL comparison on the real engines, then the sync bench
 #   6  re-verify what 2026-12-01's run found broken and was fixed after it: `fp8check live` dense (every live
 #      fault), check_sync on a user's engine, real shapes (Qwen3-8B / Qwen3-30B-A3B cut to a few layers)
+#   7  numerics (TE / Triton / Megatron conformance), `fp8check live` on tiny-rl, the online-FP8 probe (when
+#      .gpu-probe/online_fp8_dump.py is carried: it dumps what vLLM's online quantization installs, for the CPU mirror)
+#   8  vLLM conformance on the MoE model, then `fp8check live` dense with every live fault (P1's own fault among them)
+#   9  the live suite (tests/gpu/test_live.py), then `fp8check preflight --probe`
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -45,6 +49,26 @@ e2e_live() {
     --arms bf16,naive-fp8,onpolicy-fp8 --seeds 1 --out "$R/e2e/run" > "$R/e2e/e2e.txt" 2>&1
   log "fp8check e2e --engine live: rc $? $(tail -2 "$R/e2e/e2e.txt" | tr '\n' ' ')"
 }
+live_rl() {     # the vocabulary-128 model: the probe prompts are folded into its vocabulary
+  mkdir -p "$R/live-rl"
+  timeout "$(cap 120)" python3 -m harness live --model tiny-rl --recipe blockwise-fp32 --steps 2 \
+    --faults logprobs_at_sampling_temperature --out "$R/live-rl/live-tiny-rl.json" > "$R/live-rl/live-tiny-rl.txt" 2>&1
+  log "fp8check live tiny-rl: rc $? $(grep -E '^(OK|FAILED)' "$R/live-rl/live-tiny-rl.txt" | tr '\n' ' ')"
+}
+probe_online() {
+  [[ -f .gpu-probe/online_fp8_dump.py ]] || { log "online probe: not carried"; return; }
+  mkdir -p "$R/probe"
+  # the dump (tensors, ~10 MB) goes beside the call's archive: files come back one by one, 16 MiB each at most
+  OUT=$(dirname "$R") timeout "$(cap 200)" python3 .gpu-probe/online_fp8_dump.py > "$R/probe/online.jsonl" \
+    2> "$R/probe/online.err"
+  log "online probe: rc $? $(grep -c . "$R/probe/online.jsonl") lines"
+}
+preflight_probe() {
+  mkdir -p "$R/preflight"
+  timeout "$(cap 150)" python3 -m harness preflight examples/skyrl_hopper_fp8.yaml --gpu sm90 --probe \
+    > "$R/preflight/probe.txt" 2>&1
+  log "preflight --probe: rc $? $(tail -1 "$R/preflight/probe.txt")"
+}
 case $CALL in
   1) phase numerics 300; phase conformance-dense 420 ;;
   2) phase conformance-moe 420; phase live 500 ;;
@@ -59,7 +83,10 @@ case $CALL in
       --layers "${SYNC_LAYERS:-12}" --out "$R/bench/sync.json" > "$R/bench/sync.txt" 2>&1
     log "bench sync: rc $? $(grep -E '^sync' "$R/bench/sync.txt" | cut -c1-400 | tr '\n' ' ')" ;;
   6) live_cli dense; phase user 200; scale_cli ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 6, got $CALL" >&2; exit 2 ;;
+  7) phase numerics 340; live_rl; probe_online ;;
+  8) phase conformance-moe 300; live_cli dense ;;
+  9) phase live 330; preflight_probe ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 9, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 
 from ..digest import state_digest
 from ..bitview import bits_equal

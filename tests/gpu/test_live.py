@@ -20,7 +20,8 @@ DENSE = recommended_config("tiny-dense", "blockwise-fp32")
 # all` (ci/gpu_live.sh) injects every live-injectable fault through the same session code
 SUBSET = ("scale_x2_block", "fp32_scales_rounded_pow2", "q_k_swapped", "rows_shifted_one_block", "bf16_into_fp8_slot",
           "scale_dropped", "bucket_lost", "postprocess_twice", "stale_layer_unstamped", "norm_quantized_in_trainer",
-          "bytes_corrupted", "tensor_duplicated", "write_into_detached_copy")
+          "bytes_corrupted", "tensor_duplicated", "write_into_detached_copy", "logprobs_at_sampling_temperature",
+          "zero_sign_canonicalized", "quantize_failure_sends_bf16", "trainer_fp8_workspace_stale")
 DENSE_FAULTS = [f for f in live_faults(DENSE, VLLMEngine.knobs) if f in SUBSET]
 
 
@@ -42,6 +43,8 @@ def test_live_clean_syncs_hold_every_invariant(trainer, engine, model):
     for o in outs:
         assert not o.fired and not o.unknown, o.to_json()
         assert o.fetched == 0, "digest-first: a clean sync moves no parameter"
+        # P1 judged the engines' own log-probs against a bound derived for this sync from the trainer's bytes
+        assert o.extra["probe_floor"] is not None and o.extra["probe_bounds"]["mean_abs_dlogprob"] >= 0.05
 
 
 def test_live_naive_bf16_sync_trips_s2(trainer, engine):
@@ -93,10 +96,21 @@ def test_live_fault_is_caught(trainer, engine, release, fault):
     if broken and f.destructive:                       # replace the engine for the next test
         release(s.rollout)
         SESSIONS.pop((cfg.model, cfg.recipe.name, cfg.requant_ue8m0))
-    assert set(o.fired) & set(f.trips), f"{fault}: fired {o.fired}, must trip one of {f.trips}"
+    assert f.verdict(o.fired) == "caught", f"{fault}: fired {o.fired}, must all fire {f.trips}"
     if broken:
         assert f.destructive, again.to_json()
         assert {"S1", "S2", "S4", "S7"} & set(again.fired), again.to_json()   # a broken engine keeps failing
+
+
+def test_live_p1_is_the_catch_of_a_sampler_temperature(trainer, engine):
+    """Every byte right, vLLM's LogitsProcessor.scale at 1.25 (log-probs at T = 0.8): only P1 fires, against a
+    bound derived from the trainer's own bytes for this sync; the next clean sync resets the scale and passes."""
+    s = session(trainer, engine, DENSE)
+    o = s.sync("temperature", fault=FAULTS["logprobs_at_sampling_temperature"])
+    again = s.sync("clean after temperature", probes=True)
+    record("live_p1_temperature", outcome=o.to_json(), recovered=again.to_json())
+    assert o.fired == ["P1"], o.to_json()
+    assert not again.fired and not again.unknown, again.to_json()
 
 
 def test_direct_load_weights_path(trainer, engine):
