@@ -156,7 +156,9 @@ def _pp_double_remap(c, p, ctx, stages=2):
 
 # ISEEKYAN/Megatron-LM#191: with pipeline parallelism, stages > 0 send another layer's scales (or, past the last
 # layer, names the engine does not have) and their own layers keep stale or poisoned scales
+# past the last layer the names are unknown to the engine: vLLM 0.26's reload then stops with layers left on the
+# meta device (seen on the H200, 2026-12-01): destructive, like unknown_name
 register(Fault("pp_scales_remapped_twice", "layouts", "payload", ("S1", "S3", "S4"),
                "pipeline stages > 0 remap their scales' layer index local -> global a second time: layer l's "
                "scale_inv arrives as layer l + layers-per-stage's", _pp_double_remap, silent=True,
-               may=("S2", "S7")))
+               may=("S2", "S7"), destructive=True))

@@ -40,12 +40,13 @@ class ProbeRun:
     """What the engines measured on the probe prompts: the learner's and the sampler's teacher-forced log-probs
     (one tensor per prompt), and the metrics between them."""
     prompts: list
-    trainer: list
-    rollout: list
+    trainer: list | None
+    rollout: list | None
+    error: str | None = None            # an engine could not serve the probe (P1 is unknown, never pass)
 
     @property
-    def metrics(self) -> dict:
-        return probe_metrics(self.trainer, self.rollout)
+    def metrics(self) -> dict | None:
+        return None if self.error else probe_metrics(self.trainer, self.rollout)
 
 
 def prompts_for(vocab_size: int) -> list[list[int]]:
@@ -194,6 +195,8 @@ def _not_finite(d: dict) -> list[str]:
 def p1_probe(ctx: CheckContext):
     run: ProbeRun | None = ctx.probes
     prompts = run.prompts if run is not None else prompts_for(ctx.config.spec.vocab_size)
+    if run is not None and run.error:
+        return [unknown("P1", f"the engines could not serve the probe prompts: {run.error}")]
     if run is not None:
         lt, lr, source = run.trainer, run.rollout, "measured by the engines"
     else:

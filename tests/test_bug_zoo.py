@@ -47,3 +47,25 @@ def test_each_report_is_a_fault_caught_by_what_the_table_says(row):
     cfg = recommended_config(*cells[0])
     live = f.live_injectable(cfg, VLLMEngine.knobs)
     assert row["live"].startswith("yes") == live, (row["live"], live)
+
+
+def test_calibrated_kv_scales_sync_clean_and_survive_a_clean_wake():
+    """The declared source works when nothing is broken: the trainer's per-layer scales travel with the sync, the
+    engine serves them (R1 pass), and a level-1 sleep / wake keeps them."""
+    from dataclasses import replace
+    from harness.sync.pipeline import reference_sync, run_sync
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    cfg = replace(cfg, rollout=replace(cfg.rollout, kv_cache_dtype="fp8_e4m3", kv_scales="calibrated",
+                                       sleep_mode=True))
+    res, trainer, rollout = reference_sync(cfg, steps=2)
+    assert not res.fired and res.unknown == ["R4"], [(f.invariant_id, f.message) for f in res.findings
+                                                     if f.verdict != "pass"]   # R4: no wake yet, nothing to check
+    assert sorted(cfg.kv_scale_names) == sorted(r.name for r in res.sent.records if r.role == "kv_scale")
+    rollout.sleep(1)
+    rollout.wake()
+    trainer.optimizer_step()
+    again = run_sync(cfg, trainer, rollout)
+    r1 = [f for f in again.findings if f.invariant_id == "R1"]
+    assert [f.verdict for f in r1] == ["pass"], r1
+    assert not again.fired and not again.unknown, [(f.invariant_id, f.message) for f in again.findings
+                                                   if f.verdict != "pass"]

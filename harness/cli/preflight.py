@@ -96,10 +96,12 @@ def probe_lines(job) -> list[Line]:
         s.step()
         o = s.sync("preflight probe", probes=True)
     lines = []
-    for i in ("S1", "S2", "S3", "S4", "S5", "S6", "S7"):
-        bad = [f for f in o.findings if f.invariant_id == i and f.verdict != "pass"]
-        lines.append(Line("error" if bad else "ok", f"PROBE-{i}", cfg.model, None,
-                          bad[0].message if bad else "held on a live sync round trip"))
+    for i in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "P1"):
+        mine = [f for f in o.findings if f.invariant_id == i]
+        bad = [f for f in mine if f.verdict != "pass"]
+        # P1: the engines' own log-probs against a bound derived from the trainer's bytes for this sync (it can fail)
+        held = mine[0].message if i == "P1" and mine else "held on a live sync round trip"
+        lines.append(Line("error" if bad else "ok", f"PROBE-{i}", cfg.model, None, bad[0].message if bad else held))
     return lines
 
 

@@ -205,7 +205,12 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     if probes:
         from invariants.probes import ProbeRun
         t3 = time.perf_counter()
-        res.probe_run = ProbeRun(prompts, trainer.logprobs(prompts), rollout.generate_logprobs(prompts))
+        try:
+            res.probe_run = ProbeRun(prompts, trainer.logprobs(prompts), rollout.generate_logprobs(prompts))
+        except Exception as e:  # noqa: BLE001 - an engine a fault left broken (layers on the meta device: seen on
+            # the H200) cannot generate: the probe is unknown, never a crash and never a pass
+            msg = (str(e).splitlines() or [""])[0][:300]
+            res.probe_run = ProbeRun(prompts, None, None, error=f"{e.__class__.__name__}: {msg}")
         res.probes = res.probe_run.metrics
         t["probes"] = time.perf_counter() - t3
     if checks:

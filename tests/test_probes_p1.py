@@ -1,0 +1,66 @@
+"""P1 honest: it fails on non-finite metrics (naming them), its bound comes from the reference forward of a perfect
+sync's engine (never from the measurement it judges), and a probe the engine cannot serve is unknown."""
+import math
+
+import pytest
+import torch
+
+from harness.config import recommended_config
+from harness.engines.protocol import EngineError
+from harness.sync.pipeline import reference_engines, reference_sync, run_sync
+from invariants import CheckContext, run_catalog
+from invariants.probes import ProbeRun, prompts_for
+
+
+@pytest.fixture(scope="module")
+def clean():
+    return reference_sync(recommended_config("tiny-dense", "blockwise-fp32"), probes=True)[0]
+
+
+def _p1(res, run):
+    ctx = CheckContext(res.config, res.payload, res.trainer, res.rollout, res.master, run)
+    return run_catalog(ctx, ids=["P1"])
+
+
+def test_a_clean_sync_passes_with_a_bound_from_the_floor(clean):
+    (f,) = _p1(clean, clean.probe_run)
+    assert f.verdict == "pass", f
+    floor, bounds = f.evidence["floor"], f.evidence["bounds"]
+    assert floor is not None and bounds["mean_abs_dlogprob"] == max(0.05, 2.5 * floor["mean_abs_dlogprob"])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_probe_fails_and_names_the_metric(clean, bad):
+    run = clean.probe_run
+    broken = ProbeRun(run.prompts, run.trainer, [torch.full_like(x, bad) for x in run.rollout])
+    (f,) = _p1(clean, broken)
+    assert f.verdict == "fail" and "mean_abs_dlogprob" in f.message and "not finite" in f.message, f
+
+
+def test_the_bound_does_not_move_with_the_measurement(clean):
+    """Scaling the sampler's log-probs moves the metrics, never the bound (it is computed from the trainer's bytes)."""
+    run = clean.probe_run
+    (a,) = _p1(clean, run)
+    moved = _p1(clean, ProbeRun(run.prompts, run.trainer, [x * 1.5 for x in run.rollout]))
+    assert a.verdict == "pass" and moved and all(f.verdict == "fail" for f in moved), moved
+    assert all(f.evidence["bounds"] == a.evidence["bounds"] for f in moved)
+
+
+def test_an_engine_that_cannot_serve_the_probe_is_unknown_not_a_crash():
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    trainer, rollout = reference_engines(cfg)
+    trainer.optimizer_step()
+
+    def refuse(prompts):
+        raise EngineError("NotImplementedError: Cannot copy out of meta tensor; no data!")
+    rollout.generate_logprobs = refuse
+    res = run_sync(cfg, trainer, rollout, probes=True)
+    (f,) = [x for x in res.findings if x.invariant_id == "P1"]
+    assert f.verdict == "unknown" and "meta tensor" in f.message, f
+
+
+def test_the_probe_prompts_fold_into_a_small_vocabulary():
+    """tiny-rl has 128 tokens: the probe (and `fp8check live --model tiny-rl`) must not index past it."""
+    res = reference_sync(recommended_config("tiny-rl", "blockwise-fp32"), probes=True)[0]
+    assert all(t < 128 for p in res.probe_run.prompts for t in p)
+    assert all(math.isfinite(v) for v in res.probes.values() if isinstance(v, float))
