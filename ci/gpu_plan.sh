@@ -51,7 +51,7 @@ e2e_live() {
 }
 live_rl() {     # the vocabulary-128 model: the probe prompts are folded into its vocabulary
   mkdir -p "$R/live-rl"
-  timeout "$(cap 120)" python3 -m harness live --model tiny-rl --recipe blockwise-fp32 --steps 2 \
+  timeout "$(cap 200)" python3 -m harness live --model tiny-rl --recipe blockwise-fp32 --steps 2 \
     --faults logprobs_at_sampling_temperature --out "$R/live-rl/live-tiny-rl.json" > "$R/live-rl/live-tiny-rl.txt" 2>&1
   log "fp8check live tiny-rl: rc $? $(grep -E '^(OK|FAILED)' "$R/live-rl/live-tiny-rl.txt" | tr '\n' ' ')"
 }
