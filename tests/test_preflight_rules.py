@@ -34,6 +34,13 @@ QWEN35 = {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
           "intermediate_size": 12288, "vocab_size": 1024, "layer_types": ["linear_attention"] * 3 + ["full_attention"],
           "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
           "linear_value_head_dim": 128}
+# an MoE whose expert width is no multiple of 32 (K23), and the same with one that is
+MOE_ODD = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 512,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128,
+           "intermediate_size": 1024, "moe_intermediate_size": 336, "num_experts": 8, "num_experts_per_tok": 2,
+           "vocab_size": 1024}
+MOE_EVEN = {**MOE_ODD, "moe_intermediate_size": 384}
+MX = [IE + "fp8_weight_sync_mode=mxfp8", T + "fp8_recipe=mxfp8"]
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1536, "num_hidden_layers": 2,
          "num_attention_heads": 12, "num_key_value_heads": 4, "vocab_size": 1000}
 
@@ -78,6 +85,9 @@ TABLE = {
     "K16": (case(), case(sets=[IE + "weight_sync_backend=delta"])),
     "K17": (case(), case(sets=[IE + "backend=sglang"])),
     "K19": (case(model=QWEN35), case()),
+    "K23": (case(SKB, env=SKB_ENV, gpu="sm100", model=MOE_EVEN), case(SKB, env=SKB_ENV, gpu="sm100", model=MOE_ODD)),
+    "K24": (case(SKB, env=SKB_ENV + ["SKYRL_MX_CAST_BACKEND=te"], gpu="sm100"),
+            case(SKB, env=SKB_ENV + ["SKYRL_MX_CAST_BACKEND=te"], gpu="sm90", sets=MX)),
     "X6": (case(), case(sets=[QC + "ignored_layers=[model.layers.0.mlp.gate]"])),
     # -- verl ------------------------------------------------------------------------------------------------------
     "V1": (case(VE), case(VE, sets=[VR + "quantization=int8"])),

@@ -1,5 +1,7 @@
 """The checks SkyRL's FP8 weight sync runs on its own config (PR #1898, merged; PR #2072 head 4580e91e, MXFP8),
-as job rules: K2, K4, K7, K8, K10, K11, K13-K17, K19 and X6. Paths are relative to SkyRL's `skyrl/`."""
+as job rules: K2, K4, K7, K8, K10, K11, K13-K17, K19, K23, K24 and X6 -- including the refusals SkyRL makes only
+at run time inside its weight-sync code (delta backend K16, model spec K19, batched MXFP8 experts K23, the MX cast
+backend K24). Paths are relative to SkyRL's `skyrl/`."""
 from __future__ import annotations
 
 from harness.formats import arch_major
@@ -264,4 +266,50 @@ def x6_override(ctx: CheckContext):
         return [finding("X6", k, sorted(got ^ want)[:6], "the engine's ignored_layers differ from the trainer's "
                         f"high-precision set (missing {sorted(want - got)[:3]}, extra {sorted(got - want)[:3]})",
                         "derive ignored_layers from the same exclusion set (remove the override)")]
+    return []
+
+
+V = "skyrl/backends/skyrl_train/weight_sync/fp8/vllm_format.py"
+FQ = "skyrl/backends/skyrl_train/weight_sync/fp8/quantize.py"
+
+
+@invariant("K23", "job", "MXFP8 batched experts reduce over multiples of 32",
+           "with the mxfp8 wire on an MoE model, every routed expert's reduction dim divides by 32: hidden_size for "
+           "gate|up (w13) and moe_intermediate_size for down (w2)", needs=NEEDS, live=False,
+           source=f"SkyRL PR #2072 {V}:176-194 and {FQ}:249-254 (batched MoE experts are not filtered like dense "
+                  "weights; 'MXFP8 requires the reduction dimension to be a multiple of 32' raised while serializing)",
+           why="SkyRL leaves a dense weight whose K is not a multiple of 32 in BF16, but serializes the batched expert "
+               "tensors unconditionally and raises at the first sync, hours into the job (Megatron-Bridge exports "
+               "experts full-size, so no parallel size changes it). Use the blockwise wire for this model.")
+def k23_mx_experts(ctx: CheckContext):
+    j, spec = ctx.job, ctx.config.spec
+    if _wire(j) != "mxfp8" or not spec.is_moe:
+        return []
+    bad = [(what, k) for what, k in (("hidden_size (w13's K)", spec.hidden_size),
+                                      ("moe_intermediate_size (w2's K)", spec.moe_intermediate_size)) if k % 32]
+    if bad:
+        w = j.fact("wire")
+        return [finding("K23", w.key, w.value, "; ".join(f"{what} {k} is not a multiple of 32" for what, k in bad) +
+                        ": SkyRL's MXFP8 serializer raises on the routed experts at the first sync",
+                        "use generator.inference_engine.fp8_weight_sync_mode=blockwise for this model")]
+    return []
+
+
+@invariant("K24", "job", "the MX cast backend runs on this GPU",
+           "SKYRL_MX_CAST_BACKEND=te (Transformer Engine's MXFP8 quantizer for the wire) only on a GPU where TE's "
+           "MXFP8 runs (sm100+)", needs=NEEDS, live=False,
+           source=f"SkyRL PR #2072 {FQ}:192-214 ('SKYRL_MX_CAST_BACKEND=te but the TE MXFP8 quantizer is unusable on "
+                  "this device', raised when the wire is first cast)",
+           why="The variable forces TE's MXFP8 cast for the serialized wire; TE has no MXFP8 kernels before "
+               "Blackwell, and SkyRL raises at the first sync instead of at start-up. Unset it (SkyRL then picks a "
+               "cast that runs here) or run the trainer on sm100+.")
+def k24_mx_cast(ctx: CheckContext):
+    j = ctx.job
+    if j.stack != "skyrl" or _wire(j) != "mxfp8":
+        return []
+    v = j.getenv("SKYRL_MX_CAST_BACKEND")
+    arch = j.get("gpu")
+    if str(v or "").strip().lower() == "te" and (arch_major(arch) or 9) < 10:
+        return [finding("K24", "SKYRL_MX_CAST_BACKEND", v, f"TE's MXFP8 quantizer does not run on {arch}: SkyRL "
+                        "raises when the wire is first cast", "unset SKYRL_MX_CAST_BACKEND, or train on sm100+")]
     return []
