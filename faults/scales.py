@@ -122,3 +122,22 @@ register(Fault("trainer_epsilon_latent", "scales", "config", ("C6",),
                "the trainer's quantizer runs with amax epsilon 1e-30 while the sync declares 0 (no block's amax is "
                "that small yet: the bytes still agree)", with_trainer(amax_epsilon=1e-30),
                applies=lambda c: c.recipe.granularity == "block", silent=True))
+
+
+def _nan_block(c, p, ctx, index=0, element=0):
+    """A sender that computes scale_inv = amax / 448 sends NaN for a block whose amax is NaN (TE writes scale 1
+    for such a block): every output that block feeds is NaN."""
+    sn = _target(c, index)
+    s = p.tensors[sn].clone()
+    if s.dtype == E8M0:
+        s.view(torch.uint8).reshape(-1)[element % s.numel()] = 0xFF      # E8M0's NaN
+    else:
+        s.reshape(-1)[element % s.numel()] = float("nan")
+    return replace_tensor(p, sn, s)
+
+
+# what NaN reaches the sampler's log-probs as: P1 fails on the non-finite metric, naming it
+register(Fault("scale_nan_block", "scales", "payload", ("S3", "S4", "P1"),
+               "one block's scale_inv is NaN (a sender's amax / 448 over a block holding a NaN weight; Transformer "
+               "Engine writes scale 1 there)", _nan_block,
+               may=("S1", "S2")))   # where post-load requantizes (UE8M0) or E8M0's NaN byte is the poison byte

@@ -21,7 +21,7 @@ DENSE = recommended_config("tiny-dense", "blockwise-fp32")
 SUBSET = ("scale_x2_block", "fp32_scales_rounded_pow2", "q_k_swapped", "rows_shifted_one_block", "bf16_into_fp8_slot",
           "scale_dropped", "bucket_lost", "postprocess_twice", "stale_layer_unstamped", "norm_quantized_in_trainer",
           "bytes_corrupted", "tensor_duplicated", "write_into_detached_copy", "logprobs_at_sampling_temperature",
-          "zero_sign_canonicalized", "quantize_failure_sends_bf16", "trainer_fp8_workspace_stale")
+          "zero_sign_canonicalized", "quantize_failure_sends_bf16", "trainer_fp8_workspace_stale", "scale_nan_block")
 DENSE_FAULTS = [f for f in live_faults(DENSE, VLLMEngine.knobs) if f in SUBSET]
 
 
