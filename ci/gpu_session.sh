@@ -9,7 +9,7 @@ OUTDIR=${OUT:-$PWD/gpu-results}; mkdir -p "$OUTDIR"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 declare -A FILES=(
-  [numerics]="tests/gpu/test_te_conformance.py tests/gpu/test_triton_conformance.py tests/gpu/test_trainer_conformance.py"
+  [numerics]="tests/gpu/test_te_conformance.py tests/gpu/test_triton_conformance.py tests/gpu/test_trainer_conformance.py tests/gpu/test_vllm_online_conformance.py"
   [conformance-dense]="tests/gpu/test_vllm_conformance.py -k dense_or_digest"
   [conformance-moe]="tests/gpu/test_vllm_conformance.py -k moe"
   [live]="tests/gpu/test_live.py"

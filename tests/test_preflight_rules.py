@@ -277,17 +277,17 @@ def test_e3_claim_holds_for_the_quantizers_it_names():
     """E3 says a sender using scale_inv = amax/448 (SkyRL's wire, verl's Triton kernel: the formula fp8check's
     engines run for an engine-side quantization) can never give the trainer's bytes: the scales differ in many
     blocks and a few codes in ten thousand differ. Measured with the two quantizers the project mirrors: Transformer
-    Engine's (`quantize_blockwise`, byte-exact to TE on the H200) and the amax/448 one (`vllm_online_quant`), on
+    Engine's (`quantize_blockwise`, byte-exact to TE on the H200) and the senders' amax/448 one
+    (`harness.numerics.online.amax_over_448_blockwise`), on
     four random BF16 weights (one of them happens to keep every code)."""
     import torch
-    from harness.engines.vllm_numerics import vllm_online_quant
-    from harness.formats import get_recipe, quantize_blockwise
-    recipe = get_recipe("blockwise-fp32")
+    from harness.formats import quantize_blockwise
+    from harness.numerics.online import amax_over_448_blockwise
     codes = scales = blocks = elems = 0
     for seed in range(4):
         w = (torch.randn(1024, 1024, generator=torch.Generator().manual_seed(seed)) * 0.02).bfloat16()
         q_te, s_te = quantize_blockwise(w, (128, 128))
-        q_a, s_a = vllm_online_quant(w, recipe)
+        q_a, s_a = amax_over_448_blockwise(w)
         a, b = q_te.view(torch.uint8).int(), q_a.view(torch.uint8).int()
         codes += int((a != b).sum())
         scales += int((s_te != s_a).sum())

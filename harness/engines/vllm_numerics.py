@@ -8,15 +8,15 @@ declares and never import this module). GPU conformance proves both against the 
 * `declared_post_load`: that rule as the engine's declaration (EngineRecord.post_load).
 * `declared_act_quant`: how the engine's FP8 GEMMs quantize activations (per-token groups of 128 with
   s = max(amax, 1e-10) / 448, UE8M0-rounded on the DeepGEMM E8M0 path; MXFP8 on Blackwell).
-* `vllm_online_quant`: the engine quantizing BF16 on its own (naive sync): s = max(amax, 1e-10) / 448.
+* `vllm_online_quant`: the engine quantizing BF16 on its own (naive sync): vLLM's `per_block_cast_to_fp8`
+  (harness.numerics.online, the one source of the online rules).
 """
 from __future__ import annotations
 
 import torch
 
 from ..formats import quantize_mxfp8
-from ..formats.blockwise import pad_blocks
-from ..formats.cast import cast_to_fp8
+from ..numerics.online import per_block_cast_to_fp8
 from ..layouts import rank_name
 from ..record import PostLoad
 
@@ -48,16 +48,8 @@ def declared_act_quant(config) -> str:
 
 
 def vllm_online_quant(w: torch.Tensor, recipe):
-    """The engine quantizing a BF16 weight on its own (naive sync; verl's in-worker quantizer and SkyRL's
-    sender use this formula): s = max(amax, 1e-10) / 448, q = e4m3(x / s). MXFP8 uses the OCP rule."""
+    """The engine quantizing a BF16 weight on its own (naive sync): what fp8check's vLLM adapter runs in the
+    engine, vLLM's `per_block_cast_to_fp8` (use_ue8m0=False) on the fp32 values; MXFP8 uses the OCP rule."""
     if recipe.granularity == "mxfp8":
         return quantize_mxfp8(w, recipe.fp8_dtype)
-    if w.dim() > 2:
-        parts = [vllm_online_quant(x, recipe) for x in w]
-        return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
-    n, k = w.shape
-    xv = pad_blocks(w.float(), recipe.block_shape)
-    s = xv.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-10) / 448.0
-    q = cast_to_fp8(xv / s, recipe.fp8_dtype)
-    return (q.reshape(xv.shape[0] * xv.shape[1], -1)[:n, :k].contiguous(),
-            s.reshape(xv.shape[0], xv.shape[2]).contiguous())
+    return per_block_cast_to_fp8(w.float(), recipe.block_shape, recipe.fp8_dtype)

@@ -1,0 +1,86 @@
+"""Engine-side (online) FP8 quantization of BF16 weights: the rules an engine applies when it is handed BF16 and
+quantizes itself, written once for every caller (the naive sync of the CPU reference rollout, the pre-flight rule
+E3's claim, and the online-FP8 engines a user builds with `quantization="fp8"`).
+
+* `per_block_cast_to_fp8`: vLLM 0.26 `vllm/utils/deep_gemm.py:662-681`, op for op: per 128x128 block, amax in fp32
+  clamped to 1e-4, sf = amax / 448, q = e4m3(x * (1 / sf)). What vLLM's `fp8_per_block` online method and
+  fp8check's vLLM adapter (`quantize_online`, the naive sync) run.
+* `scaled_fp8_quant_per_tensor`: vLLM's dynamic per-tensor `ops.scaled_fp8_quant(w, scale=None)` (the online
+  `quantization="fp8"` of a BF16 checkpoint, `Fp8PerTensorOnlineLinearMethod`): one fp32 scale amax / 448 over
+  the whole (fused) parameter, q = e4m3(clamp(x * (1 / s), +-448)) (the kernel multiplies by the fp32 reciprocal).
+  The installed weight is the transpose (`[K, N]`), one scale per fused parameter (q|k|v share one; MoE: one per
+  expert). Measured on the H200 (2026-12-01): 0 of 2.6 M codes of qkv_proj and gate_up_proj differ from this rule
+  (on weights where x * (1/s) and x / s agree; a discriminating probe is still to run).
+* `per_token_activation_quant`: the activations of those GEMMs, dynamic per token (CUTLASS): s_t = max(amax_t / 448,
+  1 / (448 * 512)), q = e4m3(x / s_t).
+* `amax_over_448_blockwise`: the senders' formula (SkyRL's blockwise wire, verl's Triton kernel): per 128x128 block
+  scale_inv = max(amax, eps) / 448, q = e4m3(x / scale_inv) -- not an engine's rule, and not Transformer Engine's
+  (rule E3).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..formats.blockwise import pad_blocks
+from ..formats.cast import cast_to_fp8
+
+E4M3_MAX = 448.0
+MIN_SCALING_FACTOR = 1.0 / (E4M3_MAX * 512.0)      # vLLM's min_scaling_factor<e4m3>
+
+
+def _blocks(w: torch.Tensor, block) -> torch.Tensor:
+    return pad_blocks(w, tuple(block))                  # [Nb, bn, Kb, bk], zero padding (counts as 0 in amax)
+
+
+def _unblock(q: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    return q.reshape(q.shape[0] * q.shape[1], q.shape[2] * q.shape[3])[:n, :k].contiguous()
+
+
+def per_block_cast_to_fp8(w: torch.Tensor, block=(128, 128), fp8_dtype=torch.float8_e4m3fn):
+    """(codes [N, K], scale_inv fp32 [ceil(N/bn), ceil(K/bk)]) as vLLM's per_block_cast_to_fp8(use_ue8m0=False);
+    stacked experts ([E, N, K]) quantize expert by expert."""
+    if w.dim() > 2:
+        parts = [per_block_cast_to_fp8(x, block, fp8_dtype) for x in w]
+        return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+    n, k = w.shape
+    xv = _blocks(w, block)
+    sf = xv.abs().float().amax(dim=(1, 3), keepdim=True).clamp(1e-4) / E4M3_MAX
+    q = (xv * (1.0 / sf)).to(fp8_dtype)
+    return _unblock(q, n, k), sf.reshape(xv.shape[0], xv.shape[2]).contiguous()
+
+
+def scaled_fp8_quant_per_tensor(w: torch.Tensor, fp8_dtype=torch.float8_e4m3fn, scale: torch.Tensor | None = None):
+    """(codes as w's shape, scale fp32 [1]): vLLM's dynamic per-tensor quantization of one (fused) tensor;
+    `scale` given: the same conversion with that scale (a slice of a tensor quantized whole)."""
+    s = (w.abs().amax().float() / E4M3_MAX).reshape(1) if scale is None else scale.float().reshape(1)
+    x = (w.float() * (1.0 / s)).clamp(-E4M3_MAX, E4M3_MAX)
+    return cast_to_fp8(x, fp8_dtype), s
+
+
+def online_fp8_weight(w: torch.Tensor, fp8_dtype=torch.float8_e4m3fn):
+    """What `Fp8PerTensorOnlineLinearMethod.process_weights_after_loading` installs for a fused BF16 parameter
+    [N, K]: (the codes' transpose [K, N], a view as vLLM's `qweight.t()`, scale [1])."""
+    q, s = scaled_fp8_quant_per_tensor(w, fp8_dtype)
+    return q.t(), s
+
+
+def per_token_activation_quant(x: torch.Tensor, fp8_dtype=torch.float8_e4m3fn) -> torch.Tensor:
+    """The dequantized activations of an online per-tensor FP8 GEMM (dynamic per-token scales)."""
+    s = (x.abs().amax(dim=-1, keepdim=True).float() / E4M3_MAX).clamp(min=MIN_SCALING_FACTOR)
+    return cast_to_fp8(x.float() / s, fp8_dtype).float() * s
+
+
+def amax_over_448_blockwise(w: torch.Tensor, block=(128, 128), eps: float = 1e-10, fp8_dtype=torch.float8_e4m3fn):
+    """The senders' blockwise formula (SkyRL's wire, verl's Triton kernel): scale_inv = max(amax, eps) / 448,
+    q = e4m3(x / scale_inv)."""
+    if w.dim() > 2:
+        parts = [amax_over_448_blockwise(x, block, eps, fp8_dtype) for x in w]
+        return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+    n, k = w.shape
+    xv = _blocks(w.float(), block)
+    s = xv.abs().amax(dim=(1, 3), keepdim=True).clamp(min=eps) / E4M3_MAX
+    return _unblock(cast_to_fp8(xv / s, fp8_dtype), n, k), s.reshape(xv.shape[0], xv.shape[2]).contiguous()
+
+
+__all__ = ["E4M3_MAX", "MIN_SCALING_FACTOR", "amax_over_448_blockwise", "online_fp8_weight", "per_block_cast_to_fp8",
+           "per_token_activation_quant", "scaled_fp8_quant_per_tensor"]
