@@ -128,6 +128,8 @@ class EngineRecord:
     post_load: PostLoad = field(default_factory=PostLoad)
     act_quant: str = "none"
     serving: ServingState | None = None
+    observed: bool = False                           # a sync fp8check did not carry (a user's own): no versions,
+    #                                                  no re-sync; the update is what the engine's hooks counted
     # filled in by the pipeline
     version: int | None = None                       # the version this sync installed
     errors: list[str] = field(default_factory=list)  # the engine refused the install

@@ -161,3 +161,45 @@ def test_observe_only_never_writes():
     after = dict(llm.worker.model_runner.model.named_buffers())
     assert all(torch.equal(before[n], after[n]) for n in before)  # KV scales not pinned on a user's engine
     assert eng.record().versions is None and eng.record().updates == []
+
+
+def _user_sync(llm, trainer):
+    """What a user's job does: its own reload of checkpoint-format tensors, no fp8check in the loop."""
+    llm.worker.model_runner.reload_weights(iter(trainer.export_hf().items()))
+
+
+@pytest.mark.parametrize("syncs", [3, 5])
+def test_consecutive_correct_user_syncs_are_clean_every_time(syncs):
+    """watch + check_sync after each of several correct syncs: S7 passes each time (post-load once per sync; the
+    counters used to accumulate: 'post-load ran 2 times' from the second sync on)."""
+    import harness
+    from harness.engines.registry import make_engine
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    llm = StandInLLM(cfg)
+    harness.watch(llm)
+    trainer = make_engine("trainer", "cpu-reference", cfg)
+    for _ in range(syncs):
+        trainer.optimizer_step()
+        _user_sync(llm, trainer)
+        findings = harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
+        s7 = [f for f in findings if f.invariant_id == "S7"]
+        assert [f.verdict for f in s7] == ["pass"], [(f.verdict, f.message) for f in s7]
+        assert not [f for f in findings if f.verdict != "pass"], [(f.invariant_id, f.message) for f in findings
+                                                                 if f.verdict != "pass"]
+
+
+def test_an_observed_sync_that_post_processes_twice_is_still_caught():
+    import harness
+    from harness.engines.registry import make_engine
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    llm = StandInLLM(cfg)
+    harness.watch(llm)
+    trainer = make_engine("trainer", "cpu-reference", cfg)
+    trainer.optimizer_step()
+    _user_sync(llm, trainer)
+    assert not [f for f in harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return") if f.verdict == "fail"]
+    trainer.optimizer_step()
+    _user_sync(llm, trainer)
+    _user_sync(llm, trainer)                       # the job reloads twice: post-load twice for one sync
+    s7 = [f for f in harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return") if f.invariant_id == "S7"]
+    assert any(f.verdict == "fail" and "ran 2 times" in f.message for f in s7), [(f.verdict, f.message) for f in s7]

@@ -123,6 +123,7 @@ class VLLMEngine:
             self.rpc("fp8check_pin_kv_scales", float(config.rollout.kv_scale))
         self.sleep_level, self.wake_event, self.outputs, self._pre_sleep = 0, None, None, None
         self._logit_scaled = False
+        self._observed = None            # observe mode: the counts of the sync this wrapper was made for
 
     def rpc(self, method: str, *args):
         return self.llm.collective_rpc(method, args=args)
@@ -217,17 +218,21 @@ class VLLMEngine:
                 for n, d in ds.items()}
 
     def _observed_update(self) -> list[UpdateRecord]:
-        """A user's engine: the post-load counts since `watch` (or the last check) as one update, when any layer
+        """A user's engine: the post-load counts since `watch` or the last check (each check reads one observed
+        sync's counts: the counters are never reset, their last-read values are) as one update, when any layer
         was processed; nothing claimed otherwise."""
+        if self._observed is not None:                    # one reading per record of this wrapper
+            return self._observed
         rec = UpdateRecord(None)
         any_call = False
-        for r, (calls, runs) in enumerate(self.rpc("fp8check_counts")):
+        for r, (calls, runs) in enumerate(self.rpc("fp8check_counts_since", "observe")):
             for layer in self.layers:
                 key = rank_name(layer, r, self.tp)
                 rec.post_process[key] = runs.get(layer, 0)
                 (rec.completed if calls.get(layer) else rec.untouched).append(key)
                 any_call = any_call or bool(calls.get(layer))
-        return [rec] if any_call else []
+        self._observed = [rec] if any_call else []
+        return self._observed
 
     def record(self) -> EngineRecord:
         info = self.rpc("fp8check_info")
@@ -245,7 +250,7 @@ class VLLMEngine:
             versions=None if self.observe_only else versions_meta(self.versions, self.tp),
             updates=self._observed_update() if self.observe_only else list(self.updates),
             generations=list(self.generations), post_load=declared_post_load(self.config, fp8),
-            act_quant=declared_act_quant(self.config), serving=self.serving_state())
+            act_quant=declared_act_quant(self.config), serving=self.serving_state(), observed=self.observe_only)
 
     def serving_state(self) -> ServingState:
         watched, moved = self.rpc("fp8check_graph_moved")[0] if not self.sleep_level else (None, None)

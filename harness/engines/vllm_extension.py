@@ -130,6 +130,18 @@ class FP8CheckWorkerExtension:
         st = self._fp8check()
         return dict(st["calls"]), dict(st["runs"])
 
+    def fp8check_counts_since(self, mark: str = "observe") -> tuple:
+        """Post-load calls and runs per layer since `mark` was last read, and the mark moved to now: one observed
+        sync's counts on an engine whose syncs someone else performs (only fp8check's own counters are touched,
+        never the engine's state)."""
+        st = self._fp8check()
+        marks = st.setdefault("marks", {})
+        calls0, runs0 = marks.get(mark, ({}, {}))
+        calls, runs = dict(st["calls"]), dict(st["runs"])
+        marks[mark] = (calls, runs)
+        return ({k: v - calls0.get(k, 0) for k, v in calls.items() if v - calls0.get(k, 0)},
+                {k: v - runs0.get(k, 0) for k, v in runs.items() if v - runs0.get(k, 0)})
+
     # -- reads (never mutate) -------------------------------------------------------------------------------------
     def _fp8check_kernel_view(self, cuda_graphs: bool) -> dict:
         """Parameter name -> the tensor the kernels read: the captured storage under CUDA graphs, the current

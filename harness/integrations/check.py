@@ -54,8 +54,11 @@ def run_state_checks(ctx, ids=None) -> list:
 
 def watch(llm) -> list:
     """Instrument a vLLM engine carrying the worker extension (post-load counters, captured storage). Call once
-    after start-up; the wrapped hooks behave exactly as before."""
-    return llm.collective_rpc("fp8check_instrument")[0]
+    after start-up; the wrapped hooks behave exactly as before. Every later `check_sync` judges the post-load
+    counts of the syncs since the previous check (or since this call)."""
+    layers = llm.collective_rpc("fp8check_instrument")[0]
+    llm.collective_rpc("fp8check_counts_since", args=("observe",))      # what came before watch is not a sync
+    return layers
 
 
 def _engine(engine, config: SyncConfig):
