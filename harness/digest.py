@@ -29,10 +29,9 @@ import threading
 
 import torch
 
+from .digest_words import KEYS, MASK32  # noqa: F401 - the shared word constants (re-exported)
 from .formats.bytes import as_bytes
 
-KEYS = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F)
-MASK32 = 0xFFFFFFFF
 CHUNK_WORDS = 1 << 20          # per-chunk buffers: a few MiB whatever the tensor size
 CACHED_CHUNKS = 2              # multiplier tables kept for words [0, 2M) (grown on demand, at most 32 MiB)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .digest import MASK32
+from .digest_words import MASK32
 from .formats.bytes import as_bytes
 
 try:

@@ -14,7 +14,8 @@ PACKAGES = ("harness", "invariants", "faults", "e2e")
 LAYERS = [
     ("harness.errors", "harness.formats", "harness.schema", "harness.lazy", "harness.memo"),
     ("harness.bitview",),
-    ("harness.models", "harness.layouts", "harness.alignment", "harness.digest", "harness.digest_triton"),
+    ("harness.models", "harness.layouts", "harness.alignment", "harness.digest_words", "harness.digest",
+     "harness.digest_triton"),
     ("harness.config", "harness.numerics"),
     ("harness.sync.payload", "harness.sync.transport", "harness.record", "harness.snapshot", "harness.jobconfig",
      "harness.strategies"),
@@ -103,6 +104,73 @@ def _is_module(full: str) -> bool:
         return importlib.util.find_spec(full) is not None
     except (ImportError, ValueError):
         return False
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports (module level or inside a function): `from pkg import name`
+    points at pkg.name where that is a module, else at pkg (its __init__)."""
+    names = {m for m, _ in ALL}
+    graph: dict[str, set[str]] = {m: set() for m in names}
+    for module, path in ALL:
+        for mod, name, _ in imports(module, path):
+            if not ours(mod):
+                continue
+            target = f"{mod}.{name}" if name and f"{mod}.{name}" in names else mod
+            while target not in names and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in names and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def import_cycles(graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_cycle_anywhere():
+    """Not even inside a layer, and not through a function-level import: a cycle means two modules that cannot be
+    understood (or moved) apart."""
+    assert import_cycles(import_graph()) == []
+
+
+def test_the_cycle_detector_sees_a_cycle():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_checks_import_no_engine_code():

@@ -8,78 +8,13 @@ import json
 import os
 import sys
 
-import yaml
-
-from ..config import SyncConfig
-from ..errors import BadInput, ConfigError, UsageError
+from ..errors import BadInput, ConfigError, UsageError  # noqa: F401 - re-exported (the CLI's error types)
 from ..formats.recipe import RECIPES
-from ..models import BUILTIN, SHIPPED, with_layers
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
 
-# -- config from the command line ---------------------------------------------------------------------------------
-def parse_sets(items: list[str] | None, flag: str = "--set") -> dict:
-    out = {}
-    for it in items or []:
-        if "=" not in it:
-            raise UsageError(f"{flag} {it!r}: expected KEY=VALUE")
-        k, v = it.split("=", 1)
-        try:
-            out[k.strip()] = yaml.safe_load(v) if v != "" else ""
-        except yaml.YAMLError:
-            out[k.strip()] = v
-    return out
-
-
-def load_yaml(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file")
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not a UTF-8 text file (byte {e.start}); a job config is YAML text") from None
-    except OSError as e:
-        raise UsageError(f"{path}: cannot be read ({e.strerror or e.__class__.__name__})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(e, 'problem', None) or e.__class__.__name__})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(data).__name__}")
-    return data
-
-
-def build_config(args) -> SyncConfig:
-    data: dict = {}
-    source = "command line"
-    if getattr(args, "config", None):
-        data = load_yaml(args.config)
-        source = args.config
-    for k in ("model", "recipe", "seed"):
-        v = getattr(args, k, None)
-        if v is not None:
-            data[k] = v
-    if getattr(args, "sync", None):
-        data["sync_mode"] = args.sync
-    data.update(parse_sets(getattr(args, "set", None)))
-    layers = getattr(args, "layers", None)
-    if layers is not None:
-        model = data.get("model", "tiny-dense")
-        if not isinstance(model, str):
-            raise ConfigError(f"{source}: model must be a name or a path, got {model!r}")
-        data["model"] = with_layers(model, layers)
-    return SyncConfig.from_dict(data, source)
-
-
-MODEL_HELP = (f"a built-in model ({', '.join(BUILTIN)}), a shipped config of a real model's shapes "
-              f"({', '.join(SHIPPED)}), or a path to a Hugging Face config.json / checkpoint directory")
-LAYERS_HELP = "keep only the first N layers (every per-layer shape stays real: a 1-layer Qwen3-8B is 1.4 B parameters)"
+from .args import LAYERS_HELP, MODEL_HELP, build_config, count, load_yaml, out_file, parse_sets  # noqa: F401
 
 
 # -- commands -------------------------------------------------------------------------------------------------------
@@ -127,35 +62,6 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message):
         print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
-
-
-def count(minimum: int):
-    """argparse type: an integer >= minimum."""
-    def parse(v: str) -> int:
-        try:
-            n = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
-        if n < minimum:
-            raise argparse.ArgumentTypeError(f"{n} must be >= {minimum}")
-        return n
-    parse.__name__ = f"integer >= {minimum}"
-    return parse
-
-
-def out_file(path: str | None, what: str) -> str | None:
-    """Check an output file's path before anything is computed: its directory exists and is writable, and the
-    path is not a directory."""
-    if path is None:
-        return None
-    d = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise UsageError(f"{what} {path}: is a directory; give a file path")
-    if not os.path.isdir(d):
-        raise UsageError(f"{what} {path}: directory {d} does not exist")
-    if not os.access(d, os.W_OK):
-        raise UsageError(f"{what} {path}: directory {d} is not writable")
-    return path
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def run(args) -> int:
-    from . import UsageError, out_file
+    from ..errors import UsageError
+    from .args import out_file
     out_file(args.out, "--out")
     try:
         if args.gpu:

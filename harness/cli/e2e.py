@@ -21,7 +21,7 @@ CLAIM_STYLE = {"holds": "green", "violated": "bold red", "unknown": "yellow"}
 
 def _arms(text: str) -> list[str]:
     from e2e.rl.arms import ARMS
-    from . import UsageError
+    from ..errors import UsageError
     arms = [a.strip() for a in text.split(",") if a.strip()]
     for a in arms:
         if a not in ARMS:
@@ -39,7 +39,7 @@ def run(args) -> int:
     from e2e.rl.report import write_report
     from e2e.rl.task import DIGIT0, DigitTask
     from ..snapshot import prepare_out_dir
-    from . import UsageError
+    from ..errors import UsageError
     arms = _arms(args.arms)
     for flag, v, lo in (("--steps", args.steps, 1), ("--seeds", args.seeds, 1), ("--prompts", args.prompts, 1),
                         ("--group", args.group, 2), ("--length", args.length, 1), ("--warmup", args.warmup, 0)):

@@ -18,30 +18,31 @@ VERDICT_STYLE = {"caught": "green", "pass": "green", "n/a": "dim", "missed": "bo
 
 
 def _count(minimum):
-    from . import count
+    from .args import count
     return count(minimum)
 
 
 def run(args) -> int:
     import faults as fault_pkg
     from faults.matrix import run_matrix, summary
-    from .. import cli
-    cli.out_file(args.junit, "--junit")
+    from ..errors import UsageError
+    from .args import out_file
+    out_file(args.junit, "--junit")
     models = None
     if args.model or args.layers is not None:
         from faults.matrix import TINY_MODELS
         try:
             models = [with_layers(m, args.layers) for m in (args.model or TINY_MODELS)]
         except ModelError as e:
-            raise cli.UsageError(f"--model: {e}") from None
+            raise UsageError(f"--model: {e}") from None
         for m in models:
             get_model(m).require_modelled()
     for r in args.recipe or []:
         if r not in RECIPES:
-            raise cli.UsageError(f"--recipe {r}: unknown recipe{did_you_mean(r, RECIPES)}; choose from {', '.join(RECIPES)}")
+            raise UsageError(f"--recipe {r}: unknown recipe{did_you_mean(r, RECIPES)}; choose from {', '.join(RECIPES)}")
     for f in args.fault or []:
         if f not in fault_pkg.FAULTS:
-            raise cli.UsageError(f"--fault {f}: unknown fault{did_you_mean(f, fault_pkg.FAULTS)}; `fp8check faults --list` "
+            raise UsageError(f"--fault {f}: unknown fault{did_you_mean(f, fault_pkg.FAULTS)}; `fp8check faults --list` "
                                  f"shows them")
     if args.list:
         from ..config import recommended_config
@@ -68,7 +69,7 @@ def run(args) -> int:
     from faults.matrix import available_memory, cell_bytes, largest_model, memory_workers
     fit = memory_workers(models)
     if fit == 0:        # refuse up front: the kernel's OOM killer would end the run hours in, with no report
-        raise cli.UsageError(
+        raise UsageError(
             f"--model: one matrix cell of {largest_model(models)} "
             f"needs about {cell_bytes(models) / 2**30:.0f} GiB of host memory, {available_memory() / 2**30:.0f} GiB "
             f"are available; use fewer --layers, a config.json with a smaller vocabulary, or a larger machine")
@@ -133,7 +134,7 @@ def _run_with_progress(args, models, workers, run_matrix):
 
 def register(sub):
     p = sub.add_parser("faults", help="run the CPU fault-injection matrix")
-    from . import LAYERS_HELP, MODEL_HELP
+    from .args import LAYERS_HELP, MODEL_HELP
     p.add_argument("--model", action="append", help=MODEL_HELP + " (repeatable; default the tiny models)")
     p.add_argument("--layers", type=int, metavar="N", help=LAYERS_HELP)
     p.add_argument("--recipe", action="append", help="recipe (repeatable; default all)")

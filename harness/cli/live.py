@@ -15,12 +15,13 @@ DEVICE_PATH_PARAMS = 200_000_000      # above this the weights travel GPU to GPU
 
 
 def _count(minimum):
-    from . import count
+    from .args import count
     return count(minimum)
 
 
 def run(args) -> int:
-    from . import UsageError, build_config, out_file
+    from ..errors import UsageError
+    from .args import build_config, out_file
     out_file(args.out, "--out")
     config = build_config(args)
     try:

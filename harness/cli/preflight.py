@@ -107,7 +107,8 @@ def probe_lines(job) -> list[Line]:
 
 def read_job(args):
     """The Job for `args.config` with --set / --env / --gpu applied."""
-    from . import UsageError, load_yaml, parse_sets
+    from ..errors import UsageError
+    from .args import load_yaml, parse_sets
     data = load_yaml(args.config)
     sets = parse_sets(args.set)
     if getattr(args, "model", None) is not None:
@@ -133,7 +134,7 @@ def read_job(args):
 
 
 def run(args) -> int:
-    from . import UsageError
+    from ..errors import UsageError
     if args.explain:
         return explain(args)
     if not args.config:
@@ -193,7 +194,7 @@ class _Recorder:
 
 
 def _lookup(rule: str):
-    from . import UsageError
+    from ..errors import UsageError
     reg = _registry()
     inv = reg.get(rule) or reg.get(rule.upper())
     if inv is None:
@@ -292,7 +293,7 @@ def register(sub):
     p.add_argument("--probe", action="store_true", help="one live sync round trip on a tiny model (GPU)")
     p.add_argument("--explain", metavar="RULE", help="print the rule, why it exists and what to change; with a "
                                                      "config, its verdict and the provenance of every value it read")
-    from . import LAYERS_HELP, MODEL_HELP
+    from .args import LAYERS_HELP, MODEL_HELP
     p.add_argument("--model", metavar="MODEL", help=MODEL_HELP + " (instead of the job's model)")
     p.add_argument("--layers", type=int, metavar="N", help=LAYERS_HELP)
     p.add_argument("-v", "--verbose", action="store_true", help="also list the rules that hold")

@@ -27,7 +27,7 @@ from .protocol import EngineError
 from .versions import param_versions, served_versions, versions_meta
 from .vllm_extension import WORKER_EXTENSION
 from .vllm_numerics import declared_act_quant, declared_post_load
-from .remote import decode, encode
+from .wire import decode, encode
 
 PROMPT_LOGPROBS = 1
 

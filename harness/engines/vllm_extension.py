@@ -28,12 +28,12 @@ WORKER_EXTENSION = "harness.engines.vllm_extension.FP8CheckWorkerExtension"
 
 
 def _encode(obj):
-    from .remote import encode
+    from .wire import encode
     return encode(obj)
 
 
 def _decode(obj):
-    from .remote import decode
+    from .wire import decode
     return decode(obj)
 
 
