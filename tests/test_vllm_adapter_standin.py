@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.config import recommended_config
-from harness.engines.vllm_extension import FP8CheckWorkerExtension
+from harness.engines.vllm_extension import FP8CheckTestExtension, FP8CheckWorkerExtension
 
 
 class QuantizeMethodBase:                     # what isinstance() in the extension checks for
@@ -86,7 +86,7 @@ class Runner:
                 m.quant_method.process_weights_after_loading(m)
 
 
-class Worker(FP8CheckWorkerExtension):
+class Worker(FP8CheckTestExtension):
     def __init__(self, config):
         self.model_runner = Runner(config, standin_model(config))
 
@@ -203,3 +203,44 @@ def test_an_observed_sync_that_post_processes_twice_is_still_caught():
     _user_sync(llm, trainer)                       # the job reloads twice: post-load twice for one sync
     s7 = [f for f in harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return") if f.invariant_id == "S7"]
     assert any(f.verdict == "fail" and "ran 2 times" in f.message for f in s7), [(f.verdict, f.message) for f in s7]
+
+
+READ_ONLY = {"fp8check_counts", "fp8check_counts_since", "fp8check_digests", "fp8check_graph_moved", "fp8check_info",
+             "fp8check_instrument", "fp8check_kv_scales", "fp8check_read", "fp8check_rewatch_graph"}
+
+
+def test_the_users_extension_only_reads():
+    """What a user adds to their engine has exactly the reading methods, and calling every one of them leaves
+    every parameter and buffer byte as it was; the writing ones live in the test extension."""
+    public = {m for m in vars(FP8CheckWorkerExtension) if m.startswith("fp8check_")}
+    assert public == READ_ONLY, sorted(public ^ READ_ONLY)
+    writes = {m for m in vars(FP8CheckTestExtension) if m.startswith("fp8check_")}
+    assert {"fp8check_poison", "fp8check_reload", "fp8check_serving_fault", "fp8check_pin_kv_scales"} <= writes
+
+    class UserWorker(FP8CheckWorkerExtension):
+        def __init__(self, config):
+            self.model_runner = Runner(config, standin_model(config))
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    w = UserWorker(cfg)
+    model = w.model_runner.model
+    before = {n: t.detach().clone() for n, t in list(model.named_parameters()) + list(model.named_buffers())}
+    for m in ["fp8check_instrument"] + sorted(READ_ONLY):      # watch first, as a user does
+        getattr(w, m)()
+    after = dict(list(model.named_parameters()) + list(model.named_buffers()))
+    assert all(torch.equal(before[n].reshape(-1).view(torch.uint8), after[n].detach().reshape(-1).view(torch.uint8))
+               for n in before)
+
+
+def test_an_engine_without_the_extension_is_one_line_naming_it():
+    import harness
+    from harness.engines.vllm import MissingExtension
+
+    class Bare:
+        def collective_rpc(self, method, args=()):
+            raise AttributeError(f"'Worker' object has no attribute '{method}'")
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    with pytest.raises(MissingExtension) as e:
+        harness.check_sync(Bare(), {}, cfg)
+    msg = str(e.value)
+    assert "fp8check_instrument" in msg and "worker_extension_cls=harness.WORKER_EXTENSION" in msg
+    assert "\n" not in msg

@@ -25,11 +25,15 @@ from ..layouts import engine_module, rank_name, weight_of_scale
 from ..record import EngineRecord, Generation, KVScale, Outputs, ServingState, UpdateRecord, WakeEvent
 from .protocol import EngineError
 from .versions import param_versions, served_versions, versions_meta
-from .vllm_extension import WORKER_EXTENSION
+from .vllm_extension import TEST_EXTENSION
 from .vllm_numerics import declared_act_quant, declared_post_load
 from .wire import decode, encode
 
 PROMPT_LOGPROBS = 1
+
+
+class MissingExtension(EngineError):
+    """A vLLM engine without fp8check's worker extension (or without the one a method needs)."""
 
 
 def engine_env(config: SyncConfig) -> dict[str, str]:
@@ -88,6 +92,7 @@ class VLLMEngine:
                               "layerwise reload is not mirrored by fp8check's vLLM adapter yet (CPU reference only); "
                               "use rollout.kv_scales=uniform")
         self.config = config
+        self.observe_only = observe_only
         self.tp = config.rollout.tp_size
         self.ignored_layers = list(config.ignored_layers if ignored_layers is None else ignored_layers)
         llm_kwargs = {**serving_kwargs(config), **llm_kwargs}
@@ -107,11 +112,10 @@ class VLLMEngine:
                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=256, max_num_seqs=8,
                       max_num_batched_tokens=512, skip_tokenizer_init=True, dtype="bfloat16",
                       attention_backend="TRITON_ATTN", seed=seed, tensor_parallel_size=self.tp,
-                      worker_extension_cls=WORKER_EXTENSION)
+                      worker_extension_cls=TEST_EXTENSION)    # fp8check's own engine: it syncs
             kw.update(llm_kwargs)
             llm = LLM(**kw)
         self.llm = llm
-        self.observe_only = observe_only
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         self.layers = self.rpc("fp8check_instrument")[0]
         self.versions: list[dict] = [defaultdict(set) for _ in range(self.tp)]
@@ -126,7 +130,16 @@ class VLLMEngine:
         self._observed = None            # observe mode: the counts of the sync this wrapper was made for
 
     def rpc(self, method: str, *args):
-        return self.llm.collective_rpc(method, args=args)
+        try:
+            return self.llm.collective_rpc(method, args=args)
+        except AttributeError as e:                 # the worker has no such method: the extension is missing
+            if method not in str(e):
+                raise
+            from .vllm_extension import FP8CheckTestExtension
+            need = "harness.engines.vllm_extension.TEST_EXTENSION (fp8check's own engines)" \
+                if hasattr(FP8CheckTestExtension, method) and not self.observe_only else "harness.WORKER_EXTENSION"
+            raise MissingExtension(f"the vLLM engine's workers have no {method}: start vllm.LLM(..., "
+                                   f"worker_extension_cls={need})") from None
 
     def close(self):
         """Release the engine's GPU memory (the remote wrapper also kills the process)."""

@@ -8,10 +8,13 @@ these methods run inside every worker process and `collective_rpc("name", args=.
 or without V1 multiprocessing. Results cross vLLM's RPC as plain data (tensors as dtype + shape + bytes, the same
 wire as harness.engines.remote), never as torch storages.
 
-Every method here only reads, except `fp8check_poison`, `fp8check_reload`, `fp8check_load_direct` (the sync
-itself, for fp8check's own engine) and `fp8check_instrument` (which wraps each layer's post-load hook with a
-counter; the wrapped hook runs exactly as before unless a fault knob asks otherwise). A user's job that installs
-weights its own way calls none of those: it reads digests, the record, and named tensors.
+Two extensions. `WORKER_EXTENSION` (`FP8CheckWorkerExtension`), the one a user adds to their own engine, only
+reads: digests, parameter info, named tensors, KV scales, storage pointers, and the post-load counters that
+`fp8check_instrument` keeps (it wraps each layer's post-load hook with a counter; the wrapped hook runs exactly as
+before). Nothing in it writes engine memory (`tests/test_vllm_adapter_standin.py` holds it to that).
+`TEST_EXTENSION` (`FP8CheckTestExtension`, a subclass) adds what changes engine state -- the sync itself
+(`fp8check_reload`, `fp8check_load_direct`, `fp8check_poison`), KV-scale pinning, the fault knobs -- and only
+fp8check's own engines load it.
 
 What the kernels read: with CUDA graphs the captured graphs read the parameter storage that existed when they
 were captured, so the extension remembers each parameter's tensor at instrumentation time (`_fp8check_graph`)
@@ -25,6 +28,7 @@ from collections import Counter
 import torch
 
 WORKER_EXTENSION = "harness.engines.vllm_extension.FP8CheckWorkerExtension"
+TEST_EXTENSION = "harness.engines.vllm_extension.FP8CheckTestExtension"
 
 
 def _encode(obj):
@@ -45,7 +49,8 @@ class FP8CheckWorkerExtension:
         st = self.__dict__.get("_fp8check_state")
         if st is None:
             st = self.__dict__["_fp8check_state"] = {"calls": Counter(), "runs": Counter(), "repeats": 1,
-                                                     "graph": None, "ptrs": None, "layers": None}
+                                                     "graph": None, "ptrs": None, "layers": None,
+                                                     "graph_ptrs": None}
         return st
 
     def _fp8check_model(self):
@@ -118,13 +123,6 @@ class FP8CheckWorkerExtension:
         st = self._fp8check()
         st["graph_ptrs"] = self._fp8check_graph_ptrs()
         return len(st["graph_ptrs"])
-
-    def fp8check_reset_counts(self, repeats: int = 1) -> bool:
-        st = self._fp8check()
-        st["calls"].clear()
-        st["runs"].clear()
-        st["repeats"] = int(repeats)
-        return True
 
     def fp8check_counts(self) -> tuple:
         st = self._fp8check()
@@ -199,6 +197,17 @@ class FP8CheckWorkerExtension:
                     rec[key] = float(t.detach().float().reshape(-1)[0])
             out[name] = rec
         return out
+
+class FP8CheckTestExtension(FP8CheckWorkerExtension):
+    """fp8check's own engines: the read-only extension plus everything that changes engine state (the sync, KV-scale
+    pinning, fault knobs). Never added to a user's engine."""
+
+    def fp8check_reset_counts(self, repeats: int = 1) -> bool:
+        st = self._fp8check()
+        st["calls"].clear()
+        st["runs"].clear()
+        st["repeats"] = int(repeats)
+        return True
 
     # -- serving setup (fp8check's own engine: what an RL stack does after boot and every wake) --------------------
     def fp8check_pin_kv_scales(self, value: float = 1.0) -> int:
@@ -302,4 +311,4 @@ class FP8CheckWorkerExtension:
         return _encode(out)
 
 
-__all__ = ["FP8CheckWorkerExtension", "WORKER_EXTENSION"]
+__all__ = ["FP8CheckTestExtension", "FP8CheckWorkerExtension", "TEST_EXTENSION", "WORKER_EXTENSION"]
