@@ -6,6 +6,7 @@ The public face (everything else is internal; docs/design.md has the layers). Na
 Configuration
     SyncConfig            the one object trainer, rollout and checks read (recipe, exclusion set, layout, engines)
     recommended_config    a SyncConfig with the recommended engine settings for a model and recipe
+    config_from_job       the SyncConfig of your RL job file (SkyRL, verl, NeMo RL keys), as pre-flight reads it
     get_recipe, Recipe    named FP8 recipes (blockwise-fp32, blockwise-pow2, mxfp8)
     get_model             a model: built-in, shipped real shape (qwen3-8b, qwen3-30b-a3b), NAME@<N>L, or a
                           config.json / checkpoint path; with_layers(name, N) cuts one to its first N layers
@@ -37,6 +38,7 @@ import importlib
 _EXPORTS = {
     "SyncConfig": ("harness.config", "SyncConfig"),
     "recommended_config": ("harness.config", "recommended_config"),
+    "config_from_job": ("harness.jobconfig", "config_from_job"),
     "get_recipe": ("harness.formats", "get_recipe"),
     "Recipe": ("harness.formats", "Recipe"),
     "get_model": ("harness.models", "get_model"),

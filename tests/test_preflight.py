@@ -269,3 +269,23 @@ def test_skyrl_blockwise_wire_warns_about_its_formula(tmp_path, capsys):
 def test_blackwell_deep_gemm_needs_e8m0(tmp_path, capsys, argv):
     rc, rep = pre(tmp_path, capsys, **argv)
     assert rc == 1 and "K14" in errors(rep), errors(rep)
+
+
+def test_config_from_job_is_what_preflight_reads():
+    """The public call gives the SyncConfig pre-flight judges (one reader, not two)."""
+    import argparse
+    import harness
+    from harness.cli.preflight import read_job
+    for path in ("examples/skyrl_hopper_fp8.yaml", "examples/verl_fp8_rollout.yaml", "examples/nemo_rl_fp8_generation.yaml"):
+        args = argparse.Namespace(config=path, set=None, env=None, gpu="sm90")
+        got = harness.config_from_job(path, gpu="sm90")
+        want = read_job(args).config
+        assert got.to_dict() == want.to_dict(), path
+
+
+def test_config_from_job_bad_input_is_one_line():
+    import harness
+    from harness.errors import BadInput
+    with pytest.raises(BadInput) as e:
+        harness.config_from_job("no/such/job.yaml")
+    assert "no/such/job.yaml" in str(e.value) and "\n" not in str(e.value)

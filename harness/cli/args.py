@@ -8,6 +8,7 @@ import os
 import yaml
 
 from ..config import SyncConfig
+from ..jobconfig.source import load_job_file as load_yaml  # noqa: F401 - the CLI's name for it
 from ..errors import ConfigError, UsageError
 from ..models import BUILTIN, SHIPPED, with_layers
 
@@ -24,29 +25,6 @@ def parse_sets(items: list[str] | None, flag: str = "--set") -> dict:
         except yaml.YAMLError:
             out[k.strip()] = v
     return out
-
-
-def load_yaml(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file")
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not a UTF-8 text file (byte {e.start}); a job config is YAML text") from None
-    except OSError as e:
-        raise UsageError(f"{path}: cannot be read ({e.strerror or e.__class__.__name__})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(e, 'problem', None) or e.__class__.__name__})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(data).__name__}")
-    return data
 
 
 def build_config(args) -> SyncConfig:

@@ -188,6 +188,19 @@ def _model(r: stacks.Reader, base_dir: str | None) -> str:
     return "tiny-dense"
 
 
+def config_from_job(path: str, *, sets: dict | None = None, env: dict | None = None, gpu: str = "auto") -> SyncConfig:
+    """The SyncConfig of an RL job file (SkyRL, verl or NeMo RL keys), read exactly as `fp8check preflight` reads
+    it: recipe and trainer scale format, the engine's DeepGEMM / E8M0 settings, exclusion set, model, parallel
+    sizes. `env`: the workers' environment (default: this process's); `sets`: dotted-key overrides; `gpu`: the
+    workers' GPU (sm90 | sm100 | auto). Bad input (a missing file, an unknown FP8 key value) raises one-line
+    errors naming the key."""
+    import os
+    from .source import load_job_file
+    job = parse_job(load_job_file(path), dict(os.environ if env is None else env), gpu, source=path, sets=sets,
+                    base_dir=os.path.dirname(os.path.abspath(path)))
+    return job.config
+
+
 def parse_job(data: dict, env: dict, gpu: str = "auto", source: str = "config", sets: dict | None = None,
               env_origin: dict | None = None, base_dir: str | None = None) -> Job:
     """Read a SkyRL / verl / NeMo RL job config + environment into a Job: the SyncConfig, the provenance of every

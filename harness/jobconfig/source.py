@@ -12,6 +12,7 @@ import re
 import yaml
 
 from ..config import ConfigError
+from ..errors import UsageError
 
 _REF = re.compile(r"^\$\{([A-Za-z_][\w.]*)\}$")
 
@@ -112,3 +113,27 @@ def interpolate(flat: dict, origin: dict) -> dict:
     for k in list(flat):
         resolve(k)
     return unresolved
+
+
+def load_job_file(path: str) -> dict:
+    """A YAML job (or SyncConfig) file as a mapping; a missing, unreadable or non-mapping file is one line naming it."""
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte {e.start}); a job config is YAML text") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot be read ({e.strerror or e.__class__.__name__})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(e, 'problem', None) or e.__class__.__name__})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(data).__name__}")
+    return data
