@@ -12,6 +12,8 @@
 #      .gpu-probe/online_fp8_dump.py is carried: it dumps what vLLM's online quantization installs, for the CPU mirror)
 #   8  vLLM conformance on the MoE model, then `fp8check live` dense with every live fault (P1's own fault among them)
 #   9  the live suite (tests/gpu/test_live.py), then `fp8check preflight --probe`
+#  10  re-verify what the second 2026-12-01 session fixed after its runs: `fp8check live` dense with every live
+#      fault (the --faults all crash), then the user-engine test (three observed syncs, the read-only extension)
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -86,7 +88,8 @@ case $CALL in
   7) phase numerics 340; live_rl; probe_online ;;
   8) phase conformance-moe 300; live_cli dense ;;
   9) phase live 330; preflight_probe ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 9, got $CALL" >&2; exit 2 ;;
+  10) live_cli dense; phase user 200 ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 10, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"
