@@ -69,7 +69,7 @@ def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool
             res, _, _ = reference_differential(config, fault=fault, check_ids=ids, probes=probe)
         else:
             # a serving fault happens to an engine that already served a sync (what the sleep / wake then keeps)
-            steps = 2 if fault is not None and fault.stage == "serving" else 1
+            steps = 2 if fault.stage == "serving" else 1
             res, _, _ = reference_sync(config, fault=fault, check_ids=ids, probes=probe, steps=steps)
     except (LayoutError, EngineError, ConfigError) as e:
         # the engines cannot even be built from this configuration: the static rules must say why

@@ -86,7 +86,7 @@ def r1_kv_scales(ctx: CheckContext):
                       for layer, sc in (w.kv_scales_before or {}).items()}
             out += _judge_kv(w.kv_scales, before, f"after the level-{w.level} wake", "before the sleep it was")
         else:
-            out += _judge_kv(w.kv_scales, _declared_kv(ctx), f"after the level-{w.level} wake", what)
+            out += _judge_kv(w.kv_scales, want, f"after the level-{w.level} wake", what)
     if out:
         return out[:20]
     return [passed("R1", f"{len(sv.kv_scales)} attention layers serve the declared KV scales "

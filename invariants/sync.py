@@ -535,7 +535,7 @@ def s7_lifecycle(ctx: CheckContext):
     else:
         out.append(unknown("S7", "no storage-pointer record"))
     vers = meta.versions
-    observed = getattr(meta, "observed", False)      # a user's own sync: versions and idempotence are not claimed
+    observed = meta.observed             # a user's own sync: versions and idempotence are not claimed
     if vers is None or version is None:
         if not observed:
             out.append(unknown("S7", "no per-tensor version metadata"))

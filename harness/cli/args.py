@@ -8,8 +8,8 @@ import os
 import yaml
 
 from ..config import SyncConfig
-from ..jobconfig.source import load_job_file as load_yaml  # noqa: F401 - the CLI's name for it
 from ..errors import ConfigError, UsageError
+from ..jobconfig.source import load_job_file as load_yaml  # noqa: F401 - the CLI's name for it
 from ..models import BUILTIN, SHIPPED, with_layers
 
 

@@ -38,9 +38,8 @@ def run(args) -> int:
                          f"model; live: tiny-dense, tiny-moe and {', '.join(LIVE_ARCHITECTURES)} configs without "
                          f"unmodelled features)")
     if config.calibrated_kv:
-        raise UsageError("--set rollout.kv_scales=calibrated: per-layer KV-cache scales through vLLM 0.26's layerwise "
-                         "reload are not mirrored by fp8check's vLLM adapter yet (CPU reference: fp8check faults); "
-                         "use rollout.kv_scales=uniform")
+        from ..engines.vllm import CALIBRATED_KV_UNSUPPORTED
+        raise UsageError(f"--set {CALIBRATED_KV_UNSUPPORTED}")
     from faults import FAULTS, live_faults
     from e2e.live import run_live
     from ..engines.registry import get_engine

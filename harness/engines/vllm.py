@@ -12,11 +12,10 @@ VLLM_USE_DEEP_GEMM, VLLM_USE_DEEP_GEMM_E8M0 from the config.
 """
 from __future__ import annotations
 
-from copy import copy
-
 import json
 import os
 from collections import defaultdict
+from copy import copy
 
 import torch
 
@@ -30,6 +29,11 @@ from .vllm_numerics import declared_act_quant, declared_post_load
 from .wire import decode, encode
 
 PROMPT_LOGPROBS = 1
+
+
+CALIBRATED_KV_UNSUPPORTED = ("rollout.kv_scales=calibrated: installing per-layer KV-cache scales through vLLM 0.26's "
+                             "layerwise reload is not mirrored by fp8check's vLLM adapter yet (CPU reference only: "
+                             "fp8check faults); use rollout.kv_scales=uniform")
 
 
 class MissingExtension(EngineError):
@@ -88,9 +92,7 @@ class VLLMEngine:
         started for `config`. `observe_only`: read, never set anything (a user's engine: no KV-scale pinning,
         versions not claimed). `llm_kwargs` go to vllm.LLM (e.g. enforce_eager=False, kv_cache_dtype)."""
         if config.calibrated_kv:
-            raise EngineError("rollout.kv_scales=calibrated: installing per-layer KV-cache scales through vLLM 0.26's "
-                              "layerwise reload is not mirrored by fp8check's vLLM adapter yet (CPU reference only); "
-                              "use rollout.kv_scales=uniform")
+            raise EngineError(CALIBRATED_KV_UNSUPPORTED)
         self.config = config
         self.observe_only = observe_only
         self.tp = config.rollout.tp_size

@@ -198,6 +198,7 @@ class FP8CheckWorkerExtension:
             out[name] = rec
         return out
 
+
 class FP8CheckTestExtension(FP8CheckWorkerExtension):
     """fp8check's own engines: the read-only extension plus everything that changes engine state (the sync, KV-scale
     pinning, fault knobs). Never added to a user's engine."""
@@ -210,23 +211,25 @@ class FP8CheckTestExtension(FP8CheckWorkerExtension):
         return True
 
     # -- serving setup (fp8check's own engine: what an RL stack does after boot and every wake) --------------------
+    @staticmethod
+    def _fp8check_set_kv_scale(m, which: str, value: float):
+        """One attention layer's `which` (k | v | q | prob) KV-cache scale and its float / CPU mirrors, in place
+        (the storage captured graphs read stays)."""
+        for attr in (f"_{which}_scale", f"_{which}_scale_cpu"):
+            t = getattr(m, attr, None)
+            if isinstance(t, torch.Tensor):
+                t.fill_(value)
+        if hasattr(m, f"_{which}_scale_float"):
+            setattr(m, f"_{which}_scale_float", float(value))
+
     def fp8check_pin_kv_scales(self, value: float = 1.0) -> int:
-        """Set every KV-cache scale buffer (and its float / CPU mirrors) to `value`, in place (the storage captured
-        graphs read stays). vLLM 0.26's dummy boot can leave them at a tiny random value."""
+        """Set every KV-cache scale (and its float / CPU mirrors) to `value`. vLLM 0.26's dummy boot can leave them
+        at a tiny random value."""
         n = 0
         with torch.no_grad():
             for m in self._fp8check_attention().values():
-                for attr in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
-                    t = getattr(m, attr, None)
-                    if isinstance(t, torch.Tensor):
-                        t.fill_(value)
-                for attr in ("_k_scale_float", "_v_scale_float", "_q_scale_float", "_prob_scale_float"):
-                    if hasattr(m, attr):
-                        setattr(m, attr, float(value))
-                for attr in ("_k_scale_cpu", "_v_scale_cpu"):
-                    t = getattr(m, attr, None)
-                    if isinstance(t, torch.Tensor):
-                        t.fill_(value)
+                for which in ("k", "v", "q", "prob"):
+                    self._fp8check_set_kv_scale(m, which, value)
                 n += 1
         return n
 
@@ -244,9 +247,7 @@ class FP8CheckTestExtension(FP8CheckWorkerExtension):
                 first._k_scale.fill_(float(knobs["kv_scale_placeholder"]))
             for which, v in (knobs.get("wake_kv_scales") or {}).items():     # a wake that resets / zeroes them
                 for m in self._fp8check_attention().values():
-                    getattr(m, f"_{which}_scale").fill_(float(v))
-                    if hasattr(m, f"_{which}_scale_float"):
-                        setattr(m, f"_{which}_scale_float", float(v))
+                    self._fp8check_set_kv_scale(m, which, float(v))
             if "logit_scale" in knobs:       # vLLM's LogitsProcessor.scale multiplies the logits (prompt log-probs too)
                 lp = self._fp8check_model().logits_processor
                 st = self._fp8check()

@@ -91,11 +91,17 @@ class ServingMirror:
                 out[rank_name(layer, r, self.tp)] = KVScale(*(float(b[f"{layer}.{s}"]) for s in SCALES))
         return out
 
-    def pin_kv_scales(self, value: float):
+    def set_kv_scales(self, values: dict):
+        """Every attention layer's KV-cache scales named in `values` ({"k": 1.0, ...}), on every rank."""
+        names = {f"_{which}_scale": float(v) for which, v in values.items()}
         for b in self.buffers:
             for n, t in b.items():
-                if n.rsplit(".", 1)[1] in SCALES:
-                    t.fill_(value)
+                leaf = n.rsplit(".", 1)[1]
+                if leaf in names:
+                    t.fill_(names[leaf])
+
+    def pin_kv_scales(self, value: float):
+        self.set_kv_scales({which: value for which in ("k", "v", "q", "prob")})
 
     def _serving_knobs(self, knobs: dict):
         """Knobs a broken reload turns (called at the end of an install)."""
@@ -137,11 +143,7 @@ class ServingMirror:
             for b, saved in zip(self.buffers, self._saved_buffers):
                 for n, t in b.items():
                     t.copy_(saved[n])
-        for which, v in (kv_scales or {}).items():
-            for b in self.buffers:
-                for n, t in b.items():
-                    if n.endswith(f"._{which}_scale"):
-                        t.fill_(float(v))
+        self.set_kv_scales(kv_scales or {})
         after = self.state_digests()
         changed = sorted(n for n in after if after[n] != self._pre_sleep.get(n))
         if self._pins_kv:
