@@ -335,6 +335,8 @@ def test_bad_model_config_json(tmp_path, name, cfg):
     (["verify", "{dir}", "--junit", "{dir}/missing/j.xml"], "--junit"), (["verify", "{dir}/nope"], "nope"),
     (["faults", "--model", "tiny-huge"], "tiny-huge"), (["faults", "--fault", "no_such_fault"], "no_such_fault"),
     (["faults", "--recipe", "fp4"], "fp4"), (["snapshot", "--recipe", "fp4", "--out", "x"], "fp4"),
+    (["faults", "--fault", "scale_droped"], "did you mean 'scale_dropped'?"),
+    (["faults", "--recipe", "blockwize-fp32"], "did you mean 'blockwise-fp32'?"),
     (["snapshot", "--engine", "vllm", "--out", "{dir}/y"], "--engine"), (["catalog", "--bogus"], "--bogus"),
     (["nonsense"], "nonsense"), (["live", "--steps", "-2"], "--steps"),
 ])

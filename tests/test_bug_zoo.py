@@ -69,3 +69,27 @@ def test_calibrated_kv_scales_sync_clean_and_survive_a_clean_wake():
     assert [f.verdict for f in r1] == ["pass"], r1
     assert not again.fired and not again.unknown, [(f.invariant_id, f.message) for f in again.findings
                                                    if f.verdict != "pass"]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0, -1.0])
+@pytest.mark.parametrize("when", ["sync", "wake"])
+def test_r1_fails_closed_on_a_non_finite_or_non_positive_scale(bad, when):
+    from copy import deepcopy
+    from dataclasses import replace
+    from harness.record import KVScale, WakeEvent
+    from harness.snapshot import Snapshot
+    from harness.sync.pipeline import reference_sync
+    from invariants import run_catalog
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    cfg = replace(cfg, rollout=replace(cfg.rollout, kv_cache_dtype="fp8_e4m3"))
+    res = reference_sync(cfg, checks=False)[0]
+    meta = deepcopy(res.rollout.meta)
+    layer = sorted(meta.serving.kv_scales)[0]
+    if when == "sync":
+        meta.serving.kv_scales[layer] = KVScale(bad, 1.0, 1.0, 1.0)
+    else:
+        meta.serving.wake = WakeEvent(1, [], syncs_since=1, kv_scales={layer: KVScale(1.0, bad, 1.0, 1.0)})
+    ctx = res.context()
+    ctx.rollout = Snapshot("rollout", res.rollout.tensors, meta)
+    r1 = run_catalog(ctx, ids=["R1"])
+    assert [f.verdict for f in r1] == ["fail"], r1

@@ -64,3 +64,12 @@ def test_the_probe_prompts_fold_into_a_small_vocabulary():
     res = reference_sync(recommended_config("tiny-rl", "blockwise-fp32"), probes=True)[0]
     assert all(t < 128 for p in res.probe_run.prompts for t in p)
     assert all(math.isfinite(v) for v in res.probes.values() if isinstance(v, float))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_bound_fails_closed(clean, bad):
+    """Bounds fixed before the run (or a floor the trainer's own bytes make non-finite) never let a probe pass."""
+    ctx = CheckContext(clean.config, clean.payload, clean.trainer, clean.rollout, clean.master, clean.probe_run,
+                       {"mean_abs_dlogprob": bad, "mult_prob_error_median": 1.1, "kl": 0.01})
+    (f,) = run_catalog(ctx, ids=["P1"])
+    assert f.verdict == "fail" and "not finite" in f.message, f
