@@ -412,6 +412,17 @@ def s4_layout(ctx: CheckContext):
 
 
 # -- S5 -----------------------------------------------------------------------------------------------------------
+def _engine_holds(ctx: CheckContext, name: str) -> str | None:
+    """What the engine's module for checkpoint tensor `name` runs in, from the engine's own record ("FP8" or
+    "BF16"); None where the record does not say. A wire finding names it: "sent bfloat16; the engine holds FP8"
+    is the root of the S2/S4 failures that follow on the engine side."""
+    meta = ctx.rollout.meta if ctx.rollout is not None else None
+    if meta is None or meta.fp8_modules is None:
+        return None
+    mods = {engine_module(p.dst) for p in ctx.config.layout.vllm[0] if p.src == name}
+    return ("FP8" if mods & set(meta.fp8_modules) else "BF16") if mods else None
+
+
 def _dtype(s: str) -> str:
     return s.removeprefix("torch.")
 
@@ -430,7 +441,9 @@ def s5_dtypes(ctx: CheckContext):
         for r in ctx.payload.meta.records:
             n = r.name
             if n in want and _dtype(r.dtype) != want[n]:
-                out.append(fail("S5", n, f"sent as {r.dtype}, declared {want[n]}", stage="wire",
+                held = _engine_holds(ctx, n)
+                out.append(fail("S5", n, f"sent {_dtype(r.dtype)}, declared {want[n]}"
+                                         + (f"; the engine holds {held}" if held else ""), stage="wire",
                                 expected=want[n], actual=r.dtype))
             if n in ctx.payload and _dtype(str(ctx.payload[n].dtype)) != _dtype(r.dtype):
                 out.append(fail("S5", n, f"manifest says {r.dtype}, bytes arrived as {ctx.payload[n].dtype}",
@@ -484,9 +497,15 @@ def s6_exclusion(ctx: CheckContext):
         wire_hp = {r.name for r in ctx.payload.meta.records if r.role == ROLE_HP}
         wire_fp8 = {r.name for r in ctx.payload.meta.records if r.role == ROLE_FP8}
         for n in sorted(wire_hp & cfg.fp8_tensors):
-            out.append(fail("S6", n, "sent as high precision, config declares FP8", stage="wire"))
+            held = _engine_holds(ctx, n)
+            out.append(fail("S6", n, "sent as high precision, config declares FP8"
+                                     + (f"; the engine holds {held}" if held else ""), stage="wire"))
+        sent = {r.name for r in ctx.payload.meta.records}
         for n in sorted(wire_fp8 & cfg.high_precision):
-            out.append(fail("S6", n, "sent as FP8, config declares high precision", stage="wire"))
+            what = "FP8 + scale_inv" if scale_name(n) in sent else "FP8"
+            held = _engine_holds(ctx, n)
+            out.append(fail("S6", n, f"sent as {what}, config declares high precision"
+                                     + (f"; the engine keeps {held}" if held else ""), stage="wire"))
     meta = ctx.rollout.meta
     if meta.ignored_layers is None or meta.fp8_modules is None:
         out.append(unknown("S6", "the engine record has no ignored_layers / fp8_modules"))

@@ -37,3 +37,22 @@ def test_bucketing_never_matters(bucket):
     checker = SyncChecker(cfg, trainer, make_engine("rollout", "cpu-reference", cfg))
     checker(lambda w, m, load: _sync(w, m, load, lambda n, mod: any(k in n for k in ("norm", "embed", "lm_head")),
                                       bucket=bucket))
+
+
+def _megatron(config, **kw):
+    from my_sync import megatron_sync
+    s = config.spec
+    return megatron_sync(s.num_heads, s.num_kv_heads, s.head_dim, **kw)
+
+
+def test_my_megatron_side_sync_installs_the_learners_bytes(fp8check_sync, fp8check_config):
+    """Megatron-named tensors and TE's padded scale workspaces in; the user's own renaming, de-interleaving and
+    un-padding out, one bucket per layer (all buckets one update, as vLLM's weight transfer receives them)."""
+    fp8check_sync(_megatron(fp8check_config), names="megatron")
+
+
+def test_qkv_read_without_deinterleaving_is_caught(fp8check_sync, fp8check_config):
+    with pytest.raises(SyncCheckFailed) as e:
+        fp8check_sync(_megatron(fp8check_config, deinterleave=False), names="megatron")
+    fired = {f.invariant_id for f in e.value.findings if f.verdict == "fail"}
+    assert {"S2", "S4"} <= fired and "k_proj" in str(e.value)

@@ -90,6 +90,11 @@ class RolloutEngine(Protocol):
 
     def generate_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]: ...
 
+    # optional: a bucketed update as vLLM 0.26's weight transfer receives one -- `start_update(version)`, then
+    # `load_bucket(items)` once per bucket, then `finish_update()` (one layerwise reload across every bucket:
+    # a layer is processed when its last element arrives, what never completed at finish); the pytest plugin
+    # feeds a user's buckets through it, and falls back to one `install` where an engine lacks it
+
 
 REQUIRED = {
     "trainer": ("optimizer_step", "export_hf", "master_hf", "logprobs", "record"),

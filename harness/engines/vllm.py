@@ -130,6 +130,7 @@ class VLLMEngine:
         self.sleep_level, self.wake_event, self.outputs, self._pre_sleep = 0, None, None, None
         self._logit_scaled = False
         self._observed = None            # observe mode: the counts of the sync this wrapper was made for
+        self._open = None                # a bucketed update in progress: (record, items loaded so far)
 
     def rpc(self, method: str, *args):
         try:
@@ -175,9 +176,7 @@ class VLLMEngine:
         rec = UpdateRecord(version)
         self.updates.append(rec)
         self.generations = []                # the record reports generations since this update began
-        # in process (V1 multiprocessing off) tensors reach the worker as they are: a trainer's CUDA tensors (CUDA
-        # IPC views on the device path) are read device to device; otherwise they cross vLLM's RPC as bytes
-        wire = [(n, t) for n, t, _ in items] if self.in_process else encode([(n, t) for n, t, _ in items])
+        wire = self._wire(items)
         try:
             if direct or self.config.rollout.install == "load_weights":
                 self.rpc("fp8check_load_direct", wire)
@@ -187,15 +186,28 @@ class VLLMEngine:
             rec.errors.append(f"{e.__class__.__name__}: {e}")
             raise EngineError(rec.errors[-1]) from None
         finally:
-            for r, (calls, runs) in enumerate(self.rpc("fp8check_counts")):
-                for layer in self.layers:
-                    key = rank_name(layer, r, self.tp)
-                    rec.post_process[key] = runs.get(layer, 0)
-                    (rec.completed if calls.get(layer) else rec.untouched).append(key)
-            self.rpc("fp8check_reset_counts", 1)
-            for r, vs in enumerate(param_versions(self.config, items)):
-                for n, v in vs.items():
-                    self.versions[r][n] = v
+            self._close_update(rec, items)
+        self._after_update(knobs)
+        return rec
+
+    def _wire(self, items):
+        # in process (V1 multiprocessing off) tensors reach the worker as they are: a trainer's CUDA tensors (CUDA
+        # IPC views on the device path) are read device to device; otherwise they cross vLLM's RPC as bytes
+        return [(n, t) for n, t, _ in items] if self.in_process else encode([(n, t) for n, t, _ in items])
+
+    def _close_update(self, rec: UpdateRecord, items):
+        """The update's record from the workers' post-load counters, then the counters reset for the next."""
+        for r, (calls, runs) in enumerate(self.rpc("fp8check_counts")):
+            for layer in self.layers:
+                key = rank_name(layer, r, self.tp)
+                rec.post_process[key] = runs.get(layer, 0)
+                (rec.completed if calls.get(layer) else rec.untouched).append(key)
+        self.rpc("fp8check_reset_counts", 1)
+        for r, vs in enumerate(param_versions(self.config, items)):
+            for n, v in vs.items():
+                self.versions[r][n] = v
+
+    def _after_update(self, knobs: dict):
         if not knobs.get("keep_prefix_cache"):
             self.llm.reset_prefix_cache()        # a weight sync does not reset it in vLLM 0.26
         if knobs.get("kv_scale_placeholder") is not None or knobs.get("realloc_buffer"):
@@ -206,6 +218,44 @@ class VLLMEngine:
         if self.wake_event is not None:
             self.wake_event.synced_since = True
             self.wake_event.syncs_since += 1
+
+    # -- a bucketed update, as vLLM 0.26's weight transfer receives one (start_weight_update, update_weights per
+    # bucket, finish_weight_update: one layerwise reload across the buckets)
+    def start_update(self, version: int | None = None) -> UpdateRecord:
+        if self.sleep_level:
+            raise EngineError("weights installed while the engine is asleep (wake it first)")
+        self.rpc("fp8check_reset_counts", 1)
+        rec = UpdateRecord(version)
+        self.updates.append(rec)
+        self.generations = []
+        self._open = (rec, [])
+        self.rpc("fp8check_start_update")
+        return rec
+
+    def load_bucket(self, items):
+        if self._open is None:
+            raise EngineError("load_bucket outside an update (call start_update first)")
+        items = list(items)
+        rec, loaded = self._open
+        try:
+            self.rpc("fp8check_load_bucket", self._wire(items))
+        except Exception as e:  # noqa: BLE001 - the engine refused the bucket
+            rec.errors.append(f"{e.__class__.__name__}: {e}")
+            raise EngineError(rec.errors[-1]) from None
+        loaded.extend(items)
+
+    def finish_update(self) -> UpdateRecord:
+        if self._open is None:
+            raise EngineError("finish_update outside an update (call start_update first)")
+        (rec, items), self._open = self._open, None
+        try:
+            self.rpc("fp8check_finish_update")
+        except Exception as e:  # noqa: BLE001
+            rec.errors.append(f"{e.__class__.__name__}: {e}")
+            raise EngineError(rec.errors[-1]) from None
+        finally:
+            self._close_update(rec, items)
+        self._after_update({})
         return rec
 
     def quantize_online(self, items):

@@ -290,6 +290,31 @@ class FP8CheckTestExtension(FP8CheckWorkerExtension):
             torch.cuda.synchronize()
         return True
 
+    # vLLM 0.26's own bucketed update (distributed/weight_transfer/ipc_engine.py): one layerwise reload spans the
+    # buckets; a layer is processed when its last element arrives, the rest at finish
+    def _fp8check_device(self):
+        # the worker's own device: during a layerwise reload the parameters sit on the meta device
+        return getattr(self, "device", None) or next(iter(self._fp8check_params().values())).device
+
+    def fp8check_start_update(self) -> bool:
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+        initialize_layerwise_reload(self._fp8check_model())
+        return True
+
+    def fp8check_load_bucket(self, items) -> bool:
+        items = _decode(items)
+        dev = self._fp8check_device()
+        with torch.no_grad():
+            self._fp8check_model().load_weights([(n, t.to(dev)) for n, t in items])
+        return True
+
+    def fp8check_finish_update(self) -> bool:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+        finalize_layerwise_reload(self._fp8check_model(), self.model_runner.model_config)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return True
+
     def fp8check_load_direct(self, items) -> list:
         """The direct path (`model.load_weights`), as some RL stacks call it; vLLM 0.26 refuses it after the first
         post-load for FP8 linears (their parameters lose their weight loaders)."""

@@ -28,15 +28,44 @@ log = logging.getLogger("fp8check")
 STATE_CHECKS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "R1", "R2")
 
 
+# where a failure is rooted, upstream first: what the user's sync put on the wire explains the engine's refusal
+# and what the trainer copy (check_sync's `expected` is that wire) and the engine then show
+SYNC_RAISED = "the sync function raised"
+ROOT_ORDER = ("raised", "wire", "refused", "config", "trainer", "transport", "engine", "serving")
+
+
+# inside a stage, a dtype (S5) or exclusion (S6) disagreement comes first: a BF16 tensor sent for an FP8 one is
+# why its scale is "not sent" (S1) and its codes "differ" (S2)
+ROOT_INVARIANTS = ("S5", "S6")
+
+
+def root_first(findings) -> list:
+    """Failures first, ordered by the stage they are rooted in (the wire the user's sync produced; then the
+    engine's refusal of the update, which explains what the engine holds; then the trainer, the transport, the
+    engine), S5/S6 first inside a stage, then the other findings in catalog order. A stable sort: catalog order
+    is kept among equals."""
+    def key(f):
+        if f.verdict != "fail":
+            return (1, 0, 0)
+        stage = f.evidence.get("stage")
+        if f.message.startswith("update did not complete"):     # the sync itself raised: nothing explains it
+            stage = "raised" if SYNC_RAISED in f.message else "refused"
+        return (0, ROOT_ORDER.index(stage) if stage in ROOT_ORDER else len(ROOT_ORDER),
+                0 if f.invariant_id in ROOT_INVARIANTS else 1)
+    return sorted(findings, key=key)
+
+
 class SyncCheckFailed(AssertionError):
-    """A weight sync violated an invariant; `findings` holds every finding."""
+    """A weight sync violated an invariant; `findings` holds every finding, root first."""
 
     def __init__(self, findings):
         from collections import Counter
-        self.findings = findings
-        bad = [f for f in findings if f.verdict == "fail"]
-        # the engine's refusal first (it explains the rest), then one line per invariant before the detail
-        bad.sort(key=lambda f: (not f.message.startswith("update did not complete"), f.invariant_id))
+        self.findings = root_first(findings)
+        bad, seen = [], set()
+        for f in self.findings:       # one line per (invariant, tensor), at its root stage
+            if f.verdict == "fail" and (f.invariant_id, f.tensor) not in seen:
+                seen.add((f.invariant_id, f.tensor))
+                bad.append(f)
         per = Counter(f.invariant_id for f in bad)
         lines = [f"{f.invariant_id} {f.tensor or ''}: {f.message}" for f in bad[:8]]
         more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
@@ -71,14 +100,17 @@ def _engine(engine, config: SyncConfig):
                     f"collective_rpc (start vllm.LLM with worker_extension_cls=harness.WORKER_EXTENSION)")
 
 
-def _expected(expected, config: SyncConfig) -> dict:
+def _expected(expected, config: SyncConfig) -> tuple[dict, list | None]:
+    """(checkpoint-named tensors the engine must hold, the wire as sent or None). A mapping or iterable of
+    (name, tensor) is what the job sent, so it is also judged as the wire (S1, S5, S6, S2/S3 at stage `wire`); a
+    Megatron-Core model is the learner itself (its FP8 bytes read from TE's workspaces): no wire to judge."""
     if hasattr(expected, "named_modules") and hasattr(expected, "named_parameters"):   # a Megatron-Core model
         from ..engines.te_megatron import megatron_fp8_weights
         dev = next(expected.parameters()).device
         tensors, _ = megatron_fp8_weights(expected, config.layout, device=dev)
-        return config.layout.megatron_to_hf(tensors)
-    items = expected.items() if hasattr(expected, "items") else expected
-    return {str(n): t for n, t in items}
+        return config.layout.megatron_to_hf(tensors), None
+    items = [(str(n), t) for n, t in (expected.items() if hasattr(expected, "items") else expected)]
+    return dict(items), items
 
 
 def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str = "raise",
@@ -91,14 +123,17 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     from ..snapshot.model import Snapshot
     if on_fail not in ("raise", "log", "return"):
         raise ValueError(f"check_sync: on_fail must be raise, log or return, got {on_fail!r}")
+    from ..sync.payload import payload_from_items
+    from ..sync.pipeline import payload_snapshot
     eng = _engine(engine, config)
-    trainer_hf = _expected(expected, config)
+    trainer_hf, wire = _expected(expected, config)
     record = eng.record()
     record.version = version
     got = DigestFirst().capture(config, eng, trainer_hf, record)
-    ctx = CheckContext(config, None, Snapshot("trainer", trainer_hf, TrainerRecord("user", version)),
+    payload = None if wire is None else payload_snapshot(payload_from_items(config, wire, version or 0))
+    ctx = CheckContext(config, payload, Snapshot("trainer", trainer_hf, TrainerRecord("user", version)),
                        Snapshot("rollout", got.tensors, record))
-    findings = run_state_checks(ctx, ids)
+    findings = root_first(run_state_checks(ctx, ids))
     if any(f.verdict == "fail" for f in findings):
         if on_fail == "raise":
             raise SyncCheckFailed(findings)
@@ -107,4 +142,4 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     return findings
 
 
-__all__ = ["STATE_CHECKS", "SyncCheckFailed", "check_sync", "run_state_checks", "watch"]
+__all__ = ["STATE_CHECKS", "SyncCheckFailed", "check_sync", "root_first", "run_state_checks", "watch"]

@@ -61,43 +61,86 @@ def fp8check_engine(request, fp8check_config):
 
 
 class SyncChecker:
-    """Runs a user's sync function into the engine and the catalog over what the engine then holds."""
+    """Runs a user's sync function into the engine and the catalog over what the engine then holds, and over what
+    the function handed `load` (the wire: S1 coverage, S5 dtypes, S6 exclusions, S2/S3 at stage `wire`).
+
+    `names="hf"` (default): the function gets the learner's FP8 forward weights and BF16 masters in HF checkpoint
+    names. `names="megatron"`: it gets them as the learner holds them -- Megatron-Core names (fused `linear_qkv`
+    interleaved by query group, `linear_fc1` = gate|up), each FP8 weight's `_scale_inv` in Transformer Engine's
+    padded stored layout (`Float8BlockwiseQTensor._rowwise_scale_inv`), fp32 masters -- so the user's name
+    mapping, de-interleaving and un-padding are under test. Each `load(bucket)` call is one bucket of one update,
+    delivered as vLLM 0.26's weight transfer receives it (`start_weight_update`, `update_weights` per bucket,
+    `finish_weight_update`): a layer is processed when its last element arrives."""
 
     def __init__(self, config, trainer, engine):
         self.config, self.trainer, self.engine = config, trainer, engine
 
-    def __call__(self, sync_fn, *, ids=None):
-        from harness.integrations.check import SyncCheckFailed, run_state_checks
+    def inputs(self, names: str):
+        """(weights, masters) as the user's function receives them."""
+        import torch
+        if names == "hf":
+            return (dict(self.trainer.export_hf()),
+                    {n: t.to(torch.bfloat16) for n, t in self.trainer.master_hf().items()})
+        if names == "megatron":
+            from harness.formats.te_layout import wire_to_te
+            from harness.layouts import is_scale_name
+            fwd = self.trainer.fp8_forward_weights()
+            weights = {n: (wire_to_te(t) if is_scale_name(n) else t) for n, t in fwd.items()}
+            return weights, {n: t.float().clone() for n, t in self.trainer.masters.items()}
+        raise ValueError(f"fp8check_sync: names must be 'hf' or 'megatron', got {names!r}")
+
+    def __call__(self, sync_fn, *, ids=None, names: str = "hf"):
+        from harness.integrations.check import SYNC_RAISED, SyncCheckFailed, root_first, run_state_checks
         from harness.record import Resync
         from harness.snapshot.model import Snapshot
         from harness.sync.capture import FullRead
+        from harness.sync.payload import payload_from_items
+        from harness.sync.pipeline import payload_snapshot
         from invariants import CheckContext
-        import torch
-        cfg, version = self.config, self.trainer.record().version
-        weights = self.trainer.export_hf()
-        masters = {n: t.to(torch.bfloat16) for n, t in self.trainer.master_hf().items()}
-        items = []
+        cfg, version, eng = self.config, self.trainer.record().version, self.engine
+        expected = self.trainer.export_hf()
+        weights, masters = self.inputs(names)
+        bucketed = callable(getattr(eng, "start_update", None))
+        sent, errors, refused = [], [], []
 
-        def load(batch):                              # every bucket of one sync goes into one reload
-            items.extend((str(n), t, version) for n, t in batch)
+        def load(batch):
+            batch = [(str(n), t) for n, t in batch]
+            sent.extend(batch)
+            if bucketed:
+                try:
+                    eng.load_bucket([(n, t, version) for n, t in batch])
+                except Exception as e:  # noqa: BLE001 - the engine refused the bucket (not the user's code)
+                    refused.append(e)
+                    raise
 
-        self.engine.poison()
-        errors = []
+        eng.poison()
         try:
-            sync_fn(dict(weights), dict(masters), load)
-            self.engine.install(items, version)
+            if bucketed:
+                eng.start_update(version)
+            try:
+                sync_fn(weights, masters, load)
+            except Exception as e:  # noqa: BLE001 - the user's code raised: the root of whatever follows
+                if refused and e is refused[-1]:
+                    raise
+                raise RuntimeError(f"{SYNC_RAISED} {e.__class__.__name__}: {e}") from e
+            finally:
+                if bucketed:              # finalized even when the function raised: the engine's state is judged
+                    eng.finish_update()
+            if not bucketed:
+                eng.install([(n, t, version) for n, t in sent], version)
         except Exception as e:  # noqa: BLE001 - the engine (or the sync) refused: judged as left
             errors.append(f"{e.__class__.__name__}: {e}")
-        record = self.engine.record()
-        got = FullRead().capture(cfg, self.engine, weights, record)
-        if items and not errors:                      # idempotence: the same sync again changes nothing
-            self.engine.install(items, version)
-            after = self.engine.kernel_tensors()
+        record = eng.record()
+        got = FullRead().capture(cfg, eng, expected, record)
+        if sent and not errors:                       # idempotence: the same sync again changes nothing
+            eng.install([(n, t, version) for n, t in sent], version)
+            after = eng.kernel_tensors()
             record.resync = Resync(sorted(n for n, t in got.tensors.items() if not FullRead.same(t, after.get(n))))
         record.version, record.errors, record.poisoned = version, errors, True
-        ctx = CheckContext(cfg, None, Snapshot("trainer", weights, self.trainer.record()),
+        ctx = CheckContext(cfg, payload_snapshot(payload_from_items(cfg, sent, version)),
+                           Snapshot("trainer", expected, self.trainer.record()),
                            Snapshot("rollout", got.tensors, record))
-        findings = run_state_checks(ctx, ids or None)
+        findings = root_first(run_state_checks(ctx, ids or None))
         if any(f.verdict == "fail" for f in findings):
             raise SyncCheckFailed(findings)
         return findings

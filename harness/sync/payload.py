@@ -165,6 +165,29 @@ def build_payload(config: SyncConfig, trainer_hf: dict[str, torch.Tensor], versi
     return Payload(recs, tensors, version)
 
 
+def payload_from_items(config: SyncConfig, items, version: int) -> Payload:
+    """The wire as someone else's sync sent it: (name, tensor) in the order handed to the engine's loader (a
+    user's sync function, or what `check_sync` is told the job meant to install). Each record's role is read from
+    the tensor itself, not from the config -- the wire checks (S1, S5, S6) then judge it against the config: a
+    one-byte float is FP8 codes, a `*_scale_inv` a block scale, a configured KV-scale name a KV scale, anything
+    else high precision."""
+    recs, tensors = [], {}
+    block = tuple(config.recipe.block_shape)
+    for item in items:
+        n, t = str(item[0]), item[1]
+        if n in config.kv_scale_names:
+            role = ROLE_KV
+        elif is_scale_name(n):
+            role = ROLE_SCALE
+        elif t.is_floating_point() and t.element_size() == 1:
+            role = ROLE_FP8
+        else:
+            role = ROLE_HP
+        recs.append(record_for(n, role, t, version, block if role in (ROLE_FP8, ROLE_SCALE) else None))
+        tensors[n] = t
+    return Payload(recs, tensors, version)
+
+
 def expected_wire(config: SyncConfig) -> dict[str, tuple[str, torch.dtype]]:
     """name -> (role, dtype) of every tensor the config says one sync must carry."""
     out = {}
@@ -180,5 +203,6 @@ def expected_wire(config: SyncConfig) -> dict[str, tuple[str, torch.dtype]]:
 
 
 __all__ = ["Payload", "PayloadError", "ROLES", "ROLE_FP8", "ROLE_HP", "ROLE_KV", "ROLE_SCALE", "TensorRecord",
-           "build_payload", "byte_view", "dtype_name", "expected_wire", "is_scale_name", "parse_dtype", "record_for",
+           "build_payload", "byte_view", "dtype_name", "expected_wire", "is_scale_name", "parse_dtype",
+           "payload_from_items", "record_for",
            "tensor_bytes", "tensor_digest", "weight_of_scale"]

@@ -71,6 +71,70 @@ def _fill_dummy(t: torch.Tensor, seed: int):
         flat[a:a + n].copy_(base[:n])
 
 
+class _LayerwiseReload:
+    """One layerwise reload (vllm/model_executor/model_loader/reload/layerwise.py), fed in one or many buckets:
+    each module's checkpoint-format tensors are staged until every element arrived, then processed and copied
+    into the parameter's storage; `finish` processes the partial modules anyway (vLLM's finalize) and records the
+    untouched ones."""
+
+    def __init__(self, eng: "ReferenceRollout", rec: UpdateRecord):
+        self.eng, self.rec, tp = eng, rec, eng.tp
+        self.modules = [eng._modules(r) for r in range(tp)]
+        self.staged: list[dict[str, dict[str, torch.Tensor]]] = [defaultdict(dict) for _ in range(tp)]
+        # a module is complete once every checkpoint-format element arrived (online quant: no scales arrive)
+        self.totals = [{m: sum(eng.params[r][n].numel() for n in ns if not (eng.online_quant and is_scale_name(n)))
+                        for m, ns in self.modules[r].items()} for r in range(tp)]
+        self.written = [Counter() for _ in range(tp)]
+        self.done = [set() for _ in range(tp)]
+        self.new_versions = [defaultdict(set) for _ in range(tp)]
+        self.loads = 0
+
+    def load(self, weights):
+        eng, rec = self.eng, self.rec
+        for item in weights:
+            self.loads += 1
+            name, tensor = item[0], item[1]
+            ver = item[2] if len(item) > 2 else rec.version
+            if self.loads == eng._knobs["generate_during_update"]:   # a scheduler that was not paused
+                eng._serve_generation([[1, 2, 3, 4]])
+            if name in eng.config.kv_scale_names:
+                eng._load_kv_scale(name, tensor)
+                continue
+            for r in range(eng.tp):
+                for p in eng._pieces_for(name, r, rec):
+                    if eng._knobs["shard_offsets_lost"] and eng._fused(p.dst, r):
+                        p = replace(p, dst_row=0)              # every shard lands at the buffer's start
+                    mod = eng.param_module(p.dst)
+                    if mod in self.done[r]:
+                        rec.dropped_loads.append(rank_name(name, r, eng.tp))
+                        continue
+                    buf = self.staged[r][mod]
+                    whole = len(self.modules[r][mod]) == 1 and covers_whole(p, tuple(eng.params[r][p.dst].shape))
+                    for n in self.modules[r][mod]:
+                        if n not in buf:
+                            buf[n] = eng._checkpoint_buffer(n, eng.params[r][n], whole)
+                    self.written[r][mod] += eng._copy_piece(p, tensor, buf[p.dst], name, rec)
+                    self.new_versions[r][p.dst].add(ver)
+                    if self.written[r][mod] >= self.totals[r][mod]:
+                        eng._finish(r, mod, self.staged[r].pop(mod), rec)
+                        self.done[r].add(mod)
+
+    def finish(self):
+        eng, rec = self.eng, self.rec
+        for r in range(eng.tp):                          # finalize: partial modules are processed anyway
+            for mod in self.modules[r]:
+                if mod in self.done[r]:
+                    rec.completed.append(rank_name(mod, r, eng.tp))
+                elif mod in self.staged[r]:
+                    rec.partial.append(rank_name(mod, r, eng.tp))
+                    eng._finish(r, mod, self.staged[r].pop(mod), rec)
+                else:
+                    rec.untouched.append(rank_name(mod, r, eng.tp))
+            for n, vs in self.new_versions[r].items():
+                eng.versions[r][n] = set(vs)
+        rec.completed = sorted(rec.completed)
+
+
 class ReferenceRollout(ServingMirror):
     engine = "cpu-reference-vllm"
     DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None,
@@ -101,6 +165,7 @@ class ReferenceRollout(ServingMirror):
         self.updates: list[UpdateRecord] = []
         self.generations: list[dict] = []
         self._updating = False
+        self._open: _LayerwiseReload | None = None      # the update in progress (start_update .. finish_update)
         self._init_state(seed)
         self._init_serving(seed)
 
@@ -261,22 +326,46 @@ class ReferenceRollout(ServingMirror):
     def install(self, items, version: int | None = None, *, direct: bool = False, knobs: dict | None = None):
         """vLLM's layerwise reload. `items`: iterable of (name, tensor[, version]). direct=True (or
         rollout.install=load_weights): the model's own load_weights instead, as some RL stacks call it."""
+        with self._with_knobs(knobs):
+            rec = self.start_update(version)
+            try:
+                if direct or self.config.rollout.install == "load_weights":
+                    self._load_direct(items, rec)
+                else:
+                    self._open.load(items)
+                    self._open.finish()
+                self._serving_knobs(self._knobs)
+            finally:
+                self._updating, self._open = False, None
+        return rec
+
+    # -- a bucketed update, as vLLM 0.26's weight transfer receives one: start_weight_update, one update_weights
+    # per bucket, finish_weight_update (vllm/distributed/weight_transfer/ipc_engine.py: one layerwise reload
+    # spans every bucket; a layer is processed when its last element arrives, and what never completes, at finish)
+    def start_update(self, version: int | None = None) -> UpdateRecord:
+        if self.sleep_level:
+            raise EngineError("weights installed while the engine is asleep (wake it first)")
         rec = UpdateRecord(version)
         self.updates.append(rec)
         self.generations = []                # the record reports generations since this update began
         self._updating = True
-        if self.sleep_level:
-            raise EngineError("weights installed while the engine is asleep (wake it first)")
-        try:
-            with self._with_knobs(knobs):
-                if direct or self.config.rollout.install == "load_weights":
-                    self._load_direct(items, rec)
-                else:
-                    self._reload(items, rec)
-                self._serving_knobs(self._knobs)
-        finally:
-            self._updating = False
+        self._open = _LayerwiseReload(self, rec)
         return rec
+
+    def load_bucket(self, items):
+        if self._open is None:
+            raise EngineError("load_bucket outside an update (call start_update first)")
+        self._open.load(items)
+
+    def finish_update(self) -> UpdateRecord:
+        if self._open is None:
+            raise EngineError("finish_update outside an update (call start_update first)")
+        try:
+            self._open.finish()
+            self._serving_knobs(self._knobs)
+            return self._open.rec
+        finally:
+            self._updating, self._open = False, None
 
     def _load_direct(self, weights, rec: UpdateRecord):
         """vLLM 0.26 `model.load_weights` after startup (measured on the H200): process_weights_after_loading
@@ -308,54 +397,6 @@ class ReferenceRollout(ServingMirror):
             raise EngineError(rec.errors[-1])
         view.copy_(src)
         return src.numel()
-
-    def _reload(self, weights, rec: UpdateRecord):
-        modules = [self._modules(r) for r in range(self.tp)]
-        staged: list[dict[str, dict[str, torch.Tensor]]] = [defaultdict(dict) for _ in range(self.tp)]
-        # a module is complete once every checkpoint-format element arrived (online quant: no scales arrive)
-        totals = [{m: sum(self.params[r][n].numel() for n in ns if not (self.online_quant and is_scale_name(n)))
-                   for m, ns in modules[r].items()} for r in range(self.tp)]
-        written = [Counter() for _ in range(self.tp)]
-        done = [set() for _ in range(self.tp)]
-        new_versions = [defaultdict(set) for _ in range(self.tp)]
-        for loads, item in enumerate(weights, 1):
-            name, tensor = item[0], item[1]
-            ver = item[2] if len(item) > 2 else rec.version
-            if loads == self._knobs["generate_during_update"]:   # a scheduler that was not paused
-                self._serve_generation([[1, 2, 3, 4]])
-            if name in self.config.kv_scale_names:
-                self._load_kv_scale(name, tensor)
-                continue
-            for r in range(self.tp):
-                for p in self._pieces_for(name, r, rec):
-                    if self._knobs["shard_offsets_lost"] and self._fused(p.dst, r):
-                        p = replace(p, dst_row=0)              # every shard lands at the buffer's start
-                    mod = self.param_module(p.dst)
-                    if mod in done[r]:
-                        rec.dropped_loads.append(rank_name(name, r, self.tp))
-                        continue
-                    buf = staged[r][mod]
-                    whole = len(modules[r][mod]) == 1 and covers_whole(p, tuple(self.params[r][p.dst].shape))
-                    for n in modules[r][mod]:
-                        if n not in buf:
-                            buf[n] = self._checkpoint_buffer(n, self.params[r][n], whole)
-                    written[r][mod] += self._copy_piece(p, tensor, buf[p.dst], name, rec)
-                    new_versions[r][p.dst].add(ver)
-                    if written[r][mod] >= totals[r][mod]:
-                        self._finish(r, mod, staged[r].pop(mod), rec)
-                        done[r].add(mod)
-        for r in range(self.tp):                          # finalize: partial modules are processed anyway
-            for mod in modules[r]:
-                if mod in done[r]:
-                    rec.completed.append(rank_name(mod, r, self.tp))
-                elif mod in staged[r]:
-                    rec.partial.append(rank_name(mod, r, self.tp))
-                    self._finish(r, mod, staged[r].pop(mod), rec)
-                else:
-                    rec.untouched.append(rank_name(mod, r, self.tp))
-            for n, vs in new_versions[r].items():
-                self.versions[r][n] = set(vs)
-        rec.completed = sorted(rec.completed)
 
     def _fused(self, dst: str, rank: int) -> bool:
         """Several checkpoint tensors load into this parameter (q|k|v, gate|up: one stacked buffer)."""
