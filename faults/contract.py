@@ -29,6 +29,24 @@ register(Fault("pow2_scales_fp32_activations", "contract", "config", ("C9",),
                "power-of-two weight scales with VLLM_USE_DEEP_GEMM_E8M0=0: the engine quantizes activations with "
                "FP32 scales, the trainer with powers of two", rollout(deep_gemm_e8m0=False),
                applies=lambda c: c.recipe.scale_format == "pow2"))
+
+
+def _engine_e8m0_flipped(c, index=0):
+    """The engine process started without the config's VLLM_USE_DEEP_GEMM_E8M0 (a user's own vllm.LLM, where
+    vLLM 0.26's default is on): it runs -- and declares -- the other UE8M0 mode."""
+    from harness.engines.cpu.rollout import ReferenceRollout
+    return ReferenceRollout(replace(c, rollout=replace(c.rollout, use_deep_gemm=True,
+                                                       deep_gemm_e8m0=not c.requant_ue8m0)))
+
+
+# the engine is consistent with itself (it does the transform it declares): with power-of-two scales the bytes
+# are the learner's and only the settings read from the engine show that its activations run on another grid;
+# with FP32 scales the UE8M0 requantization also changes weight values (S3, S4)
+register(Fault("engine_e8m0_unpinned", "contract", "engine", ("C10",),
+               "the rollout engine runs the other DeepGEMM E8M0 mode than the config resolves (started without "
+               "engine_env(config): FP32 block scales requantized to UE8M0, or power-of-two scales with FP32 "
+               "activation scales)", _engine_e8m0_flipped, may=("S3", "S4"),
+               applies=lambda c: c.recipe.granularity == "block"))
 MAX_TP = 64         # beyond this no job runs one tensor-parallel group
 
 

@@ -160,6 +160,10 @@ class TrainerRecord:
     act_quant: str = "te"
     info: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self):           # a manifest's value is checked where it is read, not where P1 uses it
+        if self.act_quant not in ACT_QUANT_KINDS:
+            raise SchemaError(f"act_quant {self.act_quant!r} is not one of {ACT_QUANT_KINDS}")
+
     def to_json(self) -> dict:
         return to_data(self)
 

@@ -202,3 +202,48 @@ def c9_activations(ctx: CheckContext):
         return [fail("C9", None, f"trainer activation scales are {t}, the engine's are {e}: log-probs drift even "
                      f"with identical weights; set {fix}", key="rollout.deep_gemm_e8m0")]
     return []
+
+
+# the engine setting -> what to change, named the way a user sets it
+_SETTING_FIX = {
+    "method": "start the engine from a block-FP8 checkpoint config (config.json quantization_config with "
+              "weight_block_size, as harness.engines.vllm.write_model_dir writes it), not quantization='fp8' / "
+              "'fp8_per_block' on a BF16 checkpoint: an engine that quantizes BF16 itself cannot install the "
+              "learner's bytes as they are",
+    "weight_block_size": "set quantization_config.weight_block_size to the recipe's block shape",
+    "kv_cache_dtype": "start vllm.LLM with the config's kv_cache_dtype",
+    "ue8m0_requant": "set VLLM_USE_DEEP_GEMM_E8M0 (and VLLM_USE_DEEP_GEMM) in the rollout workers' environment "
+                     "as harness.engines.vllm.engine_env(config) gives them",
+}
+
+
+@invariant("C10", "contract", "the engine runs the config's settings",
+           "the settings read from the running engine -- quantization method, weight block size, KV-cache dtype, "
+           "DeepGEMM UE8M0 requantization -- are the ones the config resolves", needs=("rollout",),
+           source="fp8check's own; vLLM 0.26 vllm/envs.py:1480-1487 (DeepGEMM and E8M0 on by default: an engine "
+                  "started without the config's environment requantizes FP32 block scales), "
+                  "vllm/model_executor/layers/quantization/online/fp8.py (quantization='fp8' on a BF16 checkpoint "
+                  "quantizes per tensor itself)",
+           why="Every other check judges the engine against what it declares it does; a setting the job's config "
+               "did not plan (vLLM's default E8M0 on Hopper, an online-quantizing engine, another KV-cache dtype) "
+               "changes the policy while the bytes stay consistent with the engine's own rule. Name the variable.")
+def c10_engine_settings(ctx: CheckContext):
+    from harness.numerics.settings import config_settings
+    got = dict(ctx.rollout.meta.settings or {})
+    if not got:
+        return [unknown("C10", "the engine record carries no settings read from the engine")]
+    want = config_settings(ctx.config)
+    out = []
+    for key in ("method", "weight_block_size", "kv_cache_dtype", "ue8m0_requant"):
+        if key not in got or got[key] is None and key != "weight_block_size":
+            continue                      # the engine did not say: nothing claimed
+        if got[key] != want[key]:
+            env = ""
+            if key == "ue8m0_requant":
+                env = (f" (the engine resolved VLLM_USE_DEEP_GEMM={int(bool(got.get('VLLM_USE_DEEP_GEMM')))}, "
+                       f"VLLM_USE_DEEP_GEMM_E8M0={int(bool(got.get('VLLM_USE_DEEP_GEMM_E8M0')))}; the config "
+                       f"needs VLLM_USE_DEEP_GEMM_E8M0={int(want['VLLM_USE_DEEP_GEMM_E8M0'])})")
+            out.append(fail("C10", key, f"engine {key} is {got[key]!r}, the config's is {want[key]!r}{env}: "
+                                        f"{_SETTING_FIX[key]}", stage="config", expected=want[key], actual=got[key]))
+    return out or [passed("C10", "engine settings read from the engine match the config"
+                          if got.get("read_from_engine") else "engine settings match the config")]

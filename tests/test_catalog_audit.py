@@ -22,6 +22,7 @@ SOLE = {
     "C7": ("engine_block_shape_mismatch", "tiny-dense", "blockwise-fp32"),
     "C8": ("lora_adapter_only_fp8_sync", "tiny-dense", "blockwise-fp32"),
     "C9": ("pow2_scales_fp32_activations", "tiny-dense", "blockwise-pow2"),
+    "C10": ("engine_e8m0_unpinned", "tiny-dense", "blockwise-pow2"),
     "X1": ("exclusion_pattern_typo", "tiny-dense", "blockwise-fp32"),
     "P1": ("logprobs_at_sampling_temperature", "tiny-dense", "blockwise-fp32"),
     "R1": ("kv_scale_placeholder", "tiny-dense", "blockwise-fp32"),

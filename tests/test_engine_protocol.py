@@ -4,6 +4,8 @@ the whole catalog; a buggy variant of it is caught; an engine missing part of th
 import pytest
 import torch
 
+from harness.numerics.settings import config_settings
+
 from harness.config import recommended_config
 from harness.digest import state_digest
 from harness.engines import EngineError, make_engine, register_engine
@@ -73,7 +75,9 @@ class DictEngine:
                             sorted({p.dst.rsplit(".", 1)[0] for p in cfg.layout.vllm[0] if p.src in cfg.fp8_tensors}),
                             storage_moved=[n for n, t in self.params.items() if t.data_ptr() != self.ptrs[n]],
                             versions=dict(self.versions), updates=list(self.updates), poisoned=self.poisoned,
-                            post_load=PostLoad("identity"), act_quant="vllm")
+                            post_load=PostLoad("identity"), act_quant="vllm",
+                            # how it runs, in the settings vocabulary (C10): an engine that says nothing is UNKNOWN
+                            settings=config_settings(cfg))
 
     def generate_logprobs(self, prompts):
         cfg = self.config

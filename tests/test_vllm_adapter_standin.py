@@ -19,20 +19,36 @@ class QuantizeMethodBase:                     # what isinstance() in the extensi
         layer.post_loads = getattr(layer, "post_loads", 0) + 1
 
 
+class Fp8LinearMethod(QuantizeMethodBase):    # the class names vLLM 0.26's linears carry (the settings read)
+    pass
+
+
+class UnquantizedLinearMethod(QuantizeMethodBase):
+    pass
+
+
 @pytest.fixture(autouse=True)
 def fake_vllm_module(monkeypatch):
-    """The one vLLM import the extension's layer scan needs, pointing at the stand-in base class."""
+    """The vLLM imports the extension needs: the layer scan's base class, and `vllm.envs` as a process started
+    with the config's environment (engine_env) resolves it."""
     mod = types.ModuleType("vllm.model_executor.layers.quantization.base_config")
     mod.QuantizeMethodBase = QuantizeMethodBase
     for name in ("vllm", "vllm.model_executor", "vllm.model_executor.layers", "vllm.model_executor.layers.quantization"):
         monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    from harness.engines.vllm import engine_env
+    env = engine_env(recommended_config("tiny-dense", "blockwise-fp32"))
+    envs = types.ModuleType("vllm.envs")
+    envs.VLLM_USE_DEEP_GEMM = env["VLLM_USE_DEEP_GEMM"] == "1"
+    envs.VLLM_USE_DEEP_GEMM_E8M0 = env["VLLM_USE_DEEP_GEMM_E8M0"] == "1"
+    monkeypatch.setitem(sys.modules, "vllm.envs", envs)
+    monkeypatch.setattr(sys.modules["vllm"], "envs", envs, raising=False)
 
 
 class Layer(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, fp8=True):
         super().__init__()
-        self.quant_method = QuantizeMethodBase()
+        self.quant_method = Fp8LinearMethod() if fp8 else UnquantizedLinearMethod()
 
 
 class Attention(torch.nn.Module):
@@ -57,7 +73,8 @@ def standin_model(config):
         owner = root
         for part in mod_name.split("."):
             if not hasattr(owner, part):
-                owner.add_module(part, Layer() if part == mod_name.split(".")[-1] else torch.nn.Module())
+                owner.add_module(part, Layer(mod_name + ".weight" in fp8 or "experts" in mod_name)
+                                 if part == mod_name.split(".")[-1] else torch.nn.Module())
             owner = getattr(owner, part)
         base = name[: -len("_scale_inv")] if name.endswith("_scale_inv") else name
         dt = (config.recipe.scale_dtype if name.endswith("_scale_inv") else
@@ -73,6 +90,10 @@ def standin_model(config):
 class Runner:
     def __init__(self, config, model):
         self.config, self.model = config, model
+        qc = types.SimpleNamespace(get_name=lambda: "fp8", weight_block_size=list(config.recipe.block_shape),
+                                   is_checkpoint_fp8_serialized=True)
+        self.vllm_config = types.SimpleNamespace(quant_config=qc)
+        self.cache_config = types.SimpleNamespace(cache_dtype=config.rollout.kv_cache_dtype)
 
     def get_model(self):
         return self.model
@@ -206,7 +227,8 @@ def test_an_observed_sync_that_post_processes_twice_is_still_caught():
 
 
 READ_ONLY = {"fp8check_counts", "fp8check_counts_since", "fp8check_digests", "fp8check_graph_moved", "fp8check_info",
-             "fp8check_instrument", "fp8check_kv_scales", "fp8check_read", "fp8check_rewatch_graph"}
+             "fp8check_instrument", "fp8check_kv_scales", "fp8check_read", "fp8check_rewatch_graph",
+             "fp8check_settings"}
 
 
 def test_the_users_extension_only_reads():
@@ -244,3 +266,29 @@ def test_an_engine_without_the_extension_is_one_line_naming_it():
     msg = str(e.value)
     assert "fp8check_instrument" in msg and "worker_extension_cls=harness.WORKER_EXTENSION" in msg
     assert "\n" not in msg
+
+
+def test_settings_are_read_from_the_engine_and_a_mismatch_is_c10_naming_the_variable(monkeypatch):
+    """A user's engine whose process resolved vLLM 0.26's default (DeepGEMM with E8M0 on) while the config's
+    FP32 scales need it off: the record's settings come from the engine, and the first finding names the
+    variable (the byte checks, judged against the engine's real UE8M0 transform, follow)."""
+    import harness
+    from harness.engines.registry import make_engine
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    llm = StandInLLM(cfg)
+    harness.watch(llm)
+    trainer = make_engine("trainer", "cpu-reference", cfg)
+    trainer.optimizer_step()
+    _user_sync(llm, trainer)
+    clean = harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
+    assert [f.verdict for f in clean if f.invariant_id == "C10"] == ["pass"]
+    monkeypatch.setattr(sys.modules["vllm.envs"], "VLLM_USE_DEEP_GEMM", True)
+    monkeypatch.setattr(sys.modules["vllm.envs"], "VLLM_USE_DEEP_GEMM_E8M0", True)
+    from harness.engines.vllm import VLLMEngine
+    rec = VLLMEngine(cfg, llm=llm, observe_only=True).record()
+    assert rec.settings["ue8m0_requant"] is True and rec.settings["read_from_engine"] is True
+    assert rec.post_load.kind == "ue8m0_requant" and rec.act_quant == "vllm-ue8m0"
+    findings = harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
+    first = next(f for f in findings if f.verdict == "fail")
+    assert first.invariant_id == "C10" and "VLLM_USE_DEEP_GEMM_E8M0=1" in first.message \
+        and "needs VLLM_USE_DEEP_GEMM_E8M0=0" in first.message

@@ -25,6 +25,7 @@ from ..record import EngineRecord, Generation, KVScale, Outputs, ServingState, U
 from .protocol import EngineError
 from .versions import param_versions, served_versions, versions_meta
 from .vllm_extension import TEST_EXTENSION
+from ..numerics.settings import read_settings
 from .vllm_numerics import declared_act_quant, declared_post_load
 from .wire import decode, encode
 
@@ -303,10 +304,14 @@ class VLLMEngine:
         info = self.rpc("fp8check_info")
         fp8 = [(r, n, tuple(i["shape"])) for r, inf in enumerate(info) for n, i in inf.items()
                if i["dtype"] == "float8_e4m3fn"]
+        # how the engine really runs (read from the workers): its post-load transform and activation quantizer
+        # follow from that, not from the config, so a setting the config does not expect is C10's, by name
+        settings = read_settings(self.rpc("fp8check_settings")[0])
+        ue8m0 = settings["ue8m0_requant"]
         return EngineRecord(
             engine=self.engine, tp_size=self.tp, ignored_layers=list(self.ignored_layers),
             fp8_modules=sorted({engine_module(n) for r, n, _shape in fp8 if r == 0}), poisoned=self.poisoned,
-            settings=engine_env(self.config),
+            settings=settings,
             param_dtypes={rank_name(n, r, self.tp): i["dtype"] for r, inf in enumerate(info) for n, i in inf.items()},
             storage_moved=sorted(rank_name(n, r, self.tp) for r, inf in enumerate(info) for n, i in inf.items()
                                  if i["moved"]),
@@ -314,8 +319,9 @@ class VLLMEngine:
                                   if i["meta"]),
             versions=None if self.observe_only else versions_meta(self.versions, self.tp),
             updates=self._observed_update() if self.observe_only else list(self.updates),
-            generations=list(self.generations), post_load=declared_post_load(self.config, fp8),
-            act_quant=declared_act_quant(self.config), serving=self.serving_state(), observed=self.observe_only)
+            generations=list(self.generations), post_load=declared_post_load(self.config, fp8, ue8m0),
+            act_quant=declared_act_quant(self.config, ue8m0), serving=self.serving_state(),
+            observed=self.observe_only)
 
     def serving_state(self) -> ServingState:
         watched, moved = self.rpc("fp8check_graph_moved")[0] if not self.sleep_level else (None, None)

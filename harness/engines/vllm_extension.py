@@ -164,6 +164,26 @@ class FP8CheckWorkerExtension:
                     "moved": (not p.is_meta) and n in ptrs0 and p.data_ptr() != ptrs0[n]}
                 for n, p in self._fp8check_params().items()}
 
+    def fp8check_settings(self) -> dict:
+        """How this engine really runs, read from the engine (never from fp8check's config): the quantization
+        method its linear layers run (a block-FP8 checkpoint, vLLM's online per-tensor or per-block FP8, none),
+        the weight block size, the KV-cache dtype, and DeepGEMM / E8M0 as this process resolved them."""
+        import vllm.envs as envs
+        methods = sorted({type(m.quant_method).__name__ for m in self._fp8check_layers().values()})
+        qc = getattr(getattr(self.model_runner, "vllm_config", None), "quant_config", None)
+        try:
+            from vllm.utils.deep_gemm import is_deep_gemm_e8m0_used
+            e8m0 = bool(is_deep_gemm_e8m0_used())
+        except Exception:  # noqa: BLE001 - an older vLLM: what the environment asks for is all we know
+            e8m0 = None
+        cache = getattr(self, "cache_config", None) or getattr(self.model_runner, "cache_config", None)
+        return {"quant_methods": methods, "quantization": None if qc is None else str(qc.get_name()),
+                "weight_block_size": list(getattr(qc, "weight_block_size", None) or []) or None,
+                "checkpoint_fp8": getattr(qc, "is_checkpoint_fp8_serialized", None),
+                "kv_cache_dtype": None if cache is None else str(cache.cache_dtype),
+                "VLLM_USE_DEEP_GEMM": bool(envs.VLLM_USE_DEEP_GEMM),
+                "VLLM_USE_DEEP_GEMM_E8M0": bool(envs.VLLM_USE_DEEP_GEMM_E8M0), "ue8m0_in_use": e8m0}
+
     def fp8check_read(self, names=None, cuda_graphs: bool = False):
         """Named tensors as the kernels read them, copied to the host (encoded for the RPC)."""
         view = self._fp8check_kernel_view(cuda_graphs)

@@ -25,26 +25,29 @@ def is_expert_param(name: str) -> bool:
     return name.endswith(("w13_weight", "w2_weight"))
 
 
-def requant_applies(config, param_name: str, shape) -> bool:
-    """Does the engine's post-load step rewrite this FP8 parameter (vLLM name, engine-local shape)?"""
-    if not config.requant_ue8m0:
+def requant_applies(config, param_name: str, shape, ue8m0: bool | None = None) -> bool:
+    """Does the engine's post-load step rewrite this FP8 parameter (vLLM name, engine-local shape)? `ue8m0`:
+    whether the engine requantizes at all, as read from the engine (default: as the config resolves it)."""
+    if not (config.requant_ue8m0 if ue8m0 is None else ue8m0):
         return False
     if is_expert_param(param_name):
         return config.rollout.moe_backend == "deep_gemm"
     return shape[-2] % 64 == 0 and shape[-1] % 128 == 0
 
 
-def declared_post_load(config, fp8_params: list[tuple[int, str, tuple]]) -> PostLoad:
-    """fp8_params: (rank, vLLM name, engine-local shape) of every FP8 weight the engine holds."""
+def declared_post_load(config, fp8_params: list[tuple[int, str, tuple]], ue8m0: bool | None = None) -> PostLoad:
+    """fp8_params: (rank, vLLM name, engine-local shape) of every FP8 weight the engine holds; `ue8m0`: the
+    engine's own UE8M0 requantization setting where it was read from the engine."""
     params = sorted(rank_name(n, r, config.rollout.tp_size) for r, n, shp in fp8_params
-                    if config.recipe.granularity == "block" and requant_applies(config, n, shp))
+                    if config.recipe.granularity == "block" and requant_applies(config, n, shp, ue8m0))
     return PostLoad("ue8m0_requant" if params else "identity", params, list(config.recipe.block_shape))
 
 
-def declared_act_quant(config) -> str:
+def declared_act_quant(config, ue8m0: bool | None = None) -> str:
     if config.recipe.granularity == "mxfp8":
         return "mxfp8"
-    return "vllm-ue8m0" if config.requant_ue8m0 else "vllm"
+    return "vllm-ue8m0" if (config.requant_ue8m0 if ue8m0 is None else ue8m0) else "vllm"
+
 
 
 def vllm_online_quant(w: torch.Tensor, recipe):

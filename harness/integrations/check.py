@@ -25,13 +25,13 @@ from ..sync.capture import DigestFirst
 log = logging.getLogger("fp8check")
 
 # what a check after someone else's sync can decide (the wire and the lifecycle belong to the sync itself)
-STATE_CHECKS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "R1", "R2")
+STATE_CHECKS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "R1", "R2", "C10")
 
 
 # where a failure is rooted, upstream first: what the user's sync put on the wire explains the engine's refusal
 # and what the trainer copy (check_sync's `expected` is that wire) and the engine then show
 SYNC_RAISED = "the sync function raised"
-ROOT_ORDER = ("raised", "wire", "refused", "config", "trainer", "transport", "engine", "serving")
+ROOT_ORDER = ("raised", "config", "wire", "refused", "trainer", "transport", "engine", "serving")
 
 
 # inside a stage, a dtype (S5) or exclusion (S6) disagreement comes first: a BF16 tensor sent for an FP8 one is

@@ -42,6 +42,7 @@ from ...record import EngineRecord, Generation, UpdateRecord
 from ..protocol import EngineError
 from .serving import ServingMirror
 from ..versions import served_versions, versions_meta
+from ...numerics.settings import config_settings
 from ..vllm_numerics import declared_act_quant, declared_post_load, vllm_online_quant
 
 # The engine's start-up state is deterministic in its settings: the fault matrix builds hundreds of engines, so it
@@ -491,8 +492,7 @@ class ReferenceRollout(ServingMirror):
         return EngineRecord(
             engine=self.engine, tp_size=self.tp, ignored_layers=list(self.ignored_layers),
             fp8_modules=sorted(self.fp8_modules), online_quant=self.online_quant,
-            settings={"use_deep_gemm": self.config.rollout.use_deep_gemm, "deep_gemm_e8m0": self.config.requant_ue8m0,
-                      "moe_backend": self.config.rollout.moe_backend},
+            settings=config_settings(self.config),
             param_dtypes={rank_name(n, r, self.tp): str(t.dtype).removeprefix("torch.")
                           for r, ps in enumerate(self.params) for n, t in ps.items()},
             storage_moved=sorted(n for n in ptrs if ptrs[n] != self.ptrs_at_start.get(n)),
