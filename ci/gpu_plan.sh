@@ -14,6 +14,11 @@
 #   9  the live suite (tests/gpu/test_live.py), then `fp8check preflight --probe`
 #  10  re-verify what the second 2026-12-01 session fixed after its runs: `fp8check live` dense with every live
 #      fault (the --faults all crash), then the user-engine test (three observed syncs, the read-only extension)
+#  11  the third 2026-12-01 session's live path: `fp8check live` dense with every live fault (settings read from
+#      the engine, C10 on every sync), the user-engine tests (the README snippet verbatim, C10 on an engine
+#      started without engine_env)
+#  12  the pytest plugin on real vLLM (examples/user_project --fp8check-live: bucketed updates through vLLM's
+#      start / update / finish, Megatron-named syncs), then the live suite
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -57,6 +62,12 @@ live_rl() {     # the vocabulary-128 model: the probe prompts are folded into it
     --faults logprobs_at_sampling_temperature --out "$R/live-rl/live-tiny-rl.json" > "$R/live-rl/live-tiny-rl.txt" 2>&1
   log "fp8check live tiny-rl: rc $? $(grep -E '^(OK|FAILED)' "$R/live-rl/live-tiny-rl.txt" | tr '\n' ' ')"
 }
+plugin_live() {  # a user's project against real vLLM (the plugin's --fp8check-live)
+  mkdir -p "$R/plugin"
+  timeout "$(cap 200)" python3 -m pytest examples/user_project --fp8check-live -p no:cacheprovider -q -rfE \
+    --tb=short > "$R/plugin/pytest-user-project-live.log" 2>&1
+  log "pytest examples/user_project --fp8check-live: rc $? $(tail -1 "$R/plugin/pytest-user-project-live.log")"
+}
 probe_online() {
   [[ -f .gpu-probe/online_fp8_dump.py ]] || { log "online probe: not carried"; return; }
   mkdir -p "$R/probe"
@@ -89,7 +100,9 @@ case $CALL in
   8) phase conformance-moe 300; live_cli dense ;;
   9) phase live 330; preflight_probe ;;
   10) live_cli dense; phase user 200 ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 10, got $CALL" >&2; exit 2 ;;
+  11) live_cli dense; phase user 240 ;;
+  12) plugin_live; phase live 300 ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 12, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"
