@@ -51,7 +51,7 @@ ENGINE_WITHOUT_ENV = r"""
 import json, os, sys, tempfile
 for k in ("VLLM_USE_DEEP_GEMM", "VLLM_USE_DEEP_GEMM_E8M0"):
     os.environ.pop(k, None)                      # vLLM 0.26's defaults, as a user's own engine gets them
-os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_DEEP_GEMM_WARMUP="skip")   # start-up only, not judged
 import harness
 from harness.engines.registry import make_engine
 from harness.engines.vllm import write_model_dir
@@ -59,6 +59,7 @@ import vllm
 config = harness.recommended_config("tiny-dense", "blockwise-fp32")
 llm = vllm.LLM(model=write_model_dir(config, tempfile.mkdtemp()), load_format="dummy", enforce_eager=True,
                gpu_memory_utilization=0.15, max_model_len=256, skip_tokenizer_init=True, dtype="bfloat16",
+               attention_backend="TRITON_ATTN",
                worker_extension_cls=harness.WORKER_EXTENSION)
 harness.watch(llm)
 learner = make_engine("trainer", "cpu-reference", config)
