@@ -292,3 +292,25 @@ def test_settings_are_read_from_the_engine_and_a_mismatch_is_c10_naming_the_vari
     first = next(f for f in findings if f.verdict == "fail")
     assert first.invariant_id == "C10" and "VLLM_USE_DEEP_GEMM_E8M0=1" in first.message \
         and "needs VLLM_USE_DEEP_GEMM_E8M0=0" in first.message
+
+
+@pytest.mark.parametrize("method", ["Fp8PerTensorOnlineLinearMethod", "Fp8PerBlockOnlineLinearMethod", "AWQMethod"])
+def test_an_engine_fp8check_cannot_judge_is_one_line_and_left_untouched(method):
+    """vllm.LLM(quantization="fp8") on a BF16 checkpoint quantizes on its own; another method is unknown: one
+    line naming it and what to do, and the engine's state and hooks stay as they were."""
+    import harness
+    from harness.engines.vllm import UnsupportedEngine
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    llm = StandInLLM(cfg)
+    for m in llm.worker.model_runner.model.modules():
+        if isinstance(getattr(m, "quant_method", None), QuantizeMethodBase):
+            m.quant_method = type(method, (QuantizeMethodBase,), {})()
+    before = {n: t.clone() for n, t in llm.worker.model_runner.model.state_dict().items()}
+    with pytest.raises(UnsupportedEngine) as e:
+        harness.check_sync(llm, {}, cfg)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("check_sync: the engine")
+    assert ("quantizes the BF16 weights it receives itself" in msg) == ("Online" in method), msg
+    assert "_fp8check_state" not in llm.worker.__dict__            # nothing instrumented
+    after = llm.worker.model_runner.model.state_dict()
+    assert all(torch.equal(before[n], after[n]) for n in before)

@@ -41,6 +41,30 @@ class MissingExtension(EngineError):
     """A vLLM engine without fp8check's worker extension (or without the one a method needs)."""
 
 
+class UnsupportedEngine(EngineError):
+    """A vLLM engine whose weights fp8check cannot judge yet (it quantizes BF16 itself, or runs a method the
+    settings reader does not know)."""
+
+
+JUDGED_METHODS = ("fp8-block", "bf16")
+
+
+def judgeable(settings: dict) -> str | None:
+    """None when fp8check can judge an engine with these settings (read_settings vocabulary); else the one-line
+    reason and what to do."""
+    m = settings.get("method")
+    if m in JUDGED_METHODS:
+        return None
+    if m in ("fp8-online-per-tensor", "fp8-online-per-block"):
+        return (f"the engine quantizes the BF16 weights it receives itself ({m}: vllm.LLM(quantization=...) on a BF16 "
+                f"checkpoint), so it holds no learner's bytes to compare; start it from a block-FP8 checkpoint "
+                f"config (config.json quantization_config with weight_block_size: "
+                f"harness.engines.vllm.write_model_dir) -- judging online engines against vLLM's own rule "
+                f"(harness.numerics.online) is not built yet")
+    return (f"the engine's linear layers run {m!r} (quantization methods {settings.get('quant_methods') or '?'}), "
+            f"which fp8check cannot read; it judges engines serving a block-FP8 checkpoint or BF16")
+
+
 def engine_env(config: SyncConfig) -> dict[str, str]:
     """Environment a vLLM process needs for this config (explicit values: vLLM's defaults are not ours)."""
     env = {"VLLM_USE_DEEP_GEMM": "1" if config.rollout.use_deep_gemm else "0",

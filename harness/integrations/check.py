@@ -94,7 +94,15 @@ def _engine(engine, config: SyncConfig):
     if all(hasattr(engine, m) for m in ("state_digests", "record", "kernel_tensors")):
         return engine                                  # an fp8check engine (protocol) already
     if hasattr(engine, "collective_rpc"):
-        from ..engines.vllm import VLLMEngine
+        from ..engines.vllm import UnsupportedEngine, VLLMEngine, judgeable
+        from ..numerics.settings import read_settings
+        try:
+            raw = engine.collective_rpc("fp8check_settings")[0]
+        except AttributeError:
+            raw = None                                 # VLLMEngine names the missing extension below
+        why = judgeable(read_settings(raw)) if raw is not None else None
+        if why:                                        # refused before anything is instrumented or read
+            raise UnsupportedEngine(f"check_sync: {why}")
         return VLLMEngine(config, llm=engine, observe_only=True)
     raise TypeError(f"check_sync: {type(engine).__name__} is neither an fp8check engine nor a vLLM engine with "
                     f"collective_rpc (start vllm.LLM with worker_extension_cls=harness.WORKER_EXTENSION)")
