@@ -31,7 +31,12 @@ def bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     wa, wb = words(a), words(b)
     if wa.dtype != wb.dtype:
         wa, wb = as_bytes(a), as_bytes(b)
-    return wa.numel() == wb.numel() and torch.equal(wa, wb)
+    if wa.numel() != wb.numel():
+        return False
+    if wa.device == wb.device and wa.device.type != "meta" and wa.numel() and wa.data_ptr() == wb.data_ptr() \
+            and wa.dtype == wb.dtype and wa.stride() == wb.stride():
+        return True                 # one storage, one view of it (a captured tensor that is the expected one)
+    return torch.equal(wa, wb)
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

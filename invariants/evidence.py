@@ -54,9 +54,11 @@ def bit_diff(a: torch.Tensor, b: torch.Tensor, evidence: bool = True) -> dict | 
 
 def value_diff(a: torch.Tensor, b: torch.Tensor, evidence: bool = True) -> dict | None:
     """Like bit_diff on float values (NaN == NaN, -0 == 0)."""
-    from harness.bitview import first_difference, value_chunks
+    from harness.bitview import bits_equal, first_difference, value_chunks
     if a.shape != b.shape:
         return {"reason": "shape", "expected_shape": list(a.shape), "actual_shape": list(b.shape)}
+    if bits_equal(a, b):                  # identical bits: identical values (one word compare, no fp32 pass)
+        return None
     flat, n = first_difference(value_chunks(a, b))
     if n == 0:
         return None

@@ -40,7 +40,7 @@ from ...numerics.forward import Weights, act_quant, prompts_logprobs
 from ...numerics.sampling import sample
 from ...record import EngineRecord, Generation, UpdateRecord
 from ..protocol import EngineError
-from .serving import ServingMirror
+from .serving import FORWARDS, ServingMirror
 from ..versions import served_versions, versions_meta
 from ...numerics.settings import config_settings
 from ..vllm_numerics import declared_act_quant, declared_post_load, vllm_online_quant
@@ -138,6 +138,7 @@ class _LayerwiseReload:
 
 class ReferenceRollout(ServingMirror):
     engine = "cpu-reference-vllm"
+    in_process_wire = True      # receives in the sender's process (the pipeline's digest check may use that)
     DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None,
                      "kv_scale_placeholder": None, "realloc_buffer": False, "keep_prefix_cache": False,
                      "logit_scale": None, "shard_offsets_lost": False, "packed_scales_copied": False}
@@ -447,11 +448,22 @@ class ReferenceRollout(ServingMirror):
         fp8 = frozenset(p.src for p in self.layout.vllm[0] if self.param_module(p.dst) in self.fp8_modules)
         return Weights(hf, fp8, act_quant(declared_act_quant(self.config), self.recipe), logit_scale=self.logit_scale)
 
+    def forward_key(self, *what) -> tuple:
+        """What the reference forward of this engine's kernel tensors depends on, by content: the model, every
+        tensor the kernels read (state digests), which GEMMs run FP8, the activation quantizer, the logit scale.
+        The fault matrix builds hundreds of engines that hold a few distinct states; their forwards are shared
+        (`FORWARDS`), never their serving state (the prefix cache, versions, generations stay per engine)."""
+        return (self.config.model, self.recipe.name, self.tp, tuple(sorted(self.state_digests().items())),
+                self.fp8_modules, declared_act_quant(self.config), self.logit_scale, *what)
+
     def _serve_generation(self, prompts):
         self._note_generation()
         self.generations.append(Generation(self._updating, served_versions(self.versions)))
-        W = self.hf_weights()
-        return prompts_logprobs(self.config.spec, W, prompts)
+        key = self.forward_key("logprobs", tuple(map(tuple, prompts)))
+        hit = FORWARDS.lookup(key)
+        if hit is None:
+            hit = FORWARDS.put(key, [t.clone() for t in prompts_logprobs(self.config.spec, self.hf_weights(), prompts)])
+        return [t.clone() for t in hit]
 
     serving_dtype = torch.bfloat16        # vLLM runs the model in its torch_dtype
 

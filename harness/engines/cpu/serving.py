@@ -25,6 +25,10 @@ from ...formats.bytes import poison_
 from ...layouts import rank_name
 from ...record import KVScale, Outputs, ServingState, WakeEvent
 from ..protocol import EngineError
+from ...memo import Memo
+
+# reference forwards (prompt log-probs, greedy decodes) by the content of the engine state they read
+FORWARDS = Memo(64 << 20)
 
 ROTARY = "model.layers.0.self_attn.rotary_emb.cos_sin_cache"
 SCALES = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
@@ -164,16 +168,26 @@ class ServingMirror:
         the model allows); a repeated prompt hits the prefix cache."""
         from ...numerics.sampling import sample
         self._note_generation()
-        out = []
-        W = None
-        for p in prompts:
-            key = (tuple(p), max_tokens)
-            if key not in self._prefix_cache:
-                W = W or self.hf_weights()
-                self._prefix_cache[key] = sample(self.config.spec, W, [list(p)], 1, max_tokens, temperature=0.0
-                                                 ).tokens[0].tolist()
-            out.append(list(self._prefix_cache[key]))
-        return out
+        keys = [(tuple(p), max_tokens) for p in prompts]
+        todo = {}                          # prompts neither in this engine's prefix cache nor decoded before
+        for key in keys:
+            if key not in self._prefix_cache and key not in todo:
+                fkey = self.forward_key("greedy", *key)
+                hit = FORWARDS.lookup(fkey)
+                if hit is None:
+                    todo[key] = fkey
+                else:
+                    self._prefix_cache[key] = hit.tolist()
+        if todo:                           # one batched decode per prompt length (rows are independent)
+            W = self.hf_weights()
+            by_len: dict = {}
+            for key in todo:
+                by_len.setdefault(len(key[0]), []).append(key)
+            for group in by_len.values():
+                toks = sample(self.config.spec, W, [list(k[0]) for k in group], 1, max_tokens, temperature=0.0).tokens
+                for key, row in zip(group, toks):
+                    self._prefix_cache[key] = FORWARDS.put(todo[key], row.clone()).tolist()
+        return [list(self._prefix_cache[key]) for key in keys]
 
     def measure_outputs(self, prompts: list[list[int]], max_tokens: int = 8) -> Outputs:
         """Greedy outputs and prompt log-probs on fixed prompts, kept in the record (the differential's input)."""
