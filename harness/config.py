@@ -14,6 +14,9 @@ from .models import LINEAR, ModelError, ModelSpec, get_model
 
 SYNC_MODES = ("onpolicy", "naive")
 INSTALL_PATHS = ("reload", "load_weights")
+# how the engine gets its FP8 weights: a block-FP8 checkpoint it is synced into as-is, or BF16 it quantizes itself
+# with vLLM's `fp8_per_block` (per_block_cast_to_fp8, 128x128; what verl and NeMo RL ship for BF16 training)
+ENGINE_QUANTIZATION = ("checkpoint", "online-per-block")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")     # vLLM 0.26 raises for fp8_e5m2 with an FP8 checkpoint
 # where the FP8 KV cache's scales come from: one declared value the engine adapter pins after boot and every wake
 # (an uncalibrated checkpoint: 1.0), or the job's per-layer calibration, produced by the trainer at every step and
@@ -54,6 +57,7 @@ class RolloutConfig:
     cuda_graphs: bool = False        # decode replays captured CUDA graphs (vLLM's default path; eager when False)
     sleep_mode: bool = False         # the engine sleeps (level 1 / 2) while the colocated trainer runs
     prefix_caching: bool = True      # vLLM's default; the engine resets the prefix cache after every weight sync
+    quantization: str = "checkpoint"  # checkpoint (block-FP8 bytes installed as-is) | online-per-block (BF16 in)
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,13 @@ class SyncConfig:
             raise ConfigError(f"rollout.kv_scales: {self.rollout.kv_scales!r} is not one of {KV_SCALE_SOURCES}")
         if not self.rollout.kv_scale > 0:
             raise ConfigError(f"rollout.kv_scale must be > 0, got {self.rollout.kv_scale!r}")
+        if self.rollout.quantization not in ENGINE_QUANTIZATION:
+            raise ConfigError(f"rollout.quantization: {self.rollout.quantization!r} is not one of {ENGINE_QUANTIZATION}")
+        if self.rollout.quantization == "online-per-block" and (
+                self.recipe.granularity != "block" or tuple(self.recipe.block_shape) != (128, 128)
+                or self.recipe.scale_format != "fp32"):
+            raise ConfigError(f"rollout.quantization=online-per-block quantizes 128x128 blocks with FP32 scales; "
+                              f"recipe {self.recipe.name!r} is not that (use blockwise-fp32)")
         if self.rollout.moe_backend not in ("triton", "deep_gemm"):
             raise ConfigError(f"rollout.moe_backend: {self.rollout.moe_backend!r} is not one of ('triton', 'deep_gemm')")
         for k in ("trainer", "rollout"):
@@ -115,6 +126,17 @@ class SyncConfig:
             raise ConfigError(f"trainer: {e}") from None
 
     # -- derived once ---------------------------------------------------------------------------------------
+    @property
+    def fp8_on_wire(self) -> bool:
+        """The sync carries FP8 codes and scales (the trainer's own): on-policy into a checkpoint engine. Otherwise
+        every tensor goes as BF16 and the engine quantizes (naive, or an online-quantizing engine)."""
+        return self.sync_mode == "onpolicy" and self.rollout.quantization == "checkpoint"
+
+    @property
+    def engine_quantizes(self) -> bool:
+        """The engine quantizes the BF16 it receives with vLLM's per-block rule."""
+        return self.sync_mode == "naive" or self.rollout.quantization == "online-per-block"
+
     @cached_property
     def spec(self) -> ModelSpec:
         return get_model(self.model)

@@ -175,7 +175,7 @@ def s2_codes(ctx: CheckContext):
         if t is None:
             out.append(unknown("S2", "trainer snapshot lacks this FP8 weight", tensor=n))
             continue
-        if ctx.payload is not None and ctx.config.sync_mode == "onpolicy" and n in ctx.payload:
+        if ctx.payload is not None and ctx.config.fp8_on_wire and n in ctx.payload:
             ev = bit_diff(t, ctx.payload[n], _evidence(out))
             if ev:
                 out.append(fail("S2", n, "codes on the wire differ from the trainer's", stage="wire", **ev))
@@ -253,7 +253,7 @@ def s3_scales(ctx: CheckContext):
             continue
         # encoding of the trainer's (and the wire's) scales under the declared recipe
         for stage, s in (("trainer", t), ("wire", ctx.payload.get(sn) if ctx.payload is not None else None)):
-            if s is None or (stage == "wire" and ctx.config.sync_mode != "onpolicy"):
+            if s is None or (stage == "wire" and not ctx.config.fp8_on_wire):
                 continue
             if recipe.scale_format == "e8m0":
                 if s.dtype != E8M0:
@@ -306,7 +306,7 @@ def s3_scales(ctx: CheckContext):
             why = diagnose_scale(e_scale, r) if _evidence(out) else None
             out.append(fail("S3", sn, why or "scale bits the sampler reads differ from the trainer's",
                             stage="engine", **_where(ctx, sn, ev)))
-        if ctx.payload is not None and ctx.config.sync_mode == "onpolicy" and sn in ctx.payload:
+        if ctx.payload is not None and ctx.config.fp8_on_wire and sn in ctx.payload:
             ev = bit_diff(t, ctx.payload[sn], _evidence(out))
             if ev:
                 why = diagnose_scale(t, ctx.payload[sn]) if _evidence(out) else None
@@ -450,7 +450,7 @@ def s5_dtypes(ctx: CheckContext):
                                 stage="transport"))
     if ctx.trainer is not None:
         for n, dt in want.items():
-            if cfg.sync_mode == "onpolicy" and n in ctx.trainer and _dtype(str(ctx.trainer[n].dtype)) != dt:
+            if cfg.fp8_on_wire and n in ctx.trainer and _dtype(str(ctx.trainer[n].dtype)) != dt:
                 out.append(fail("S5", n, f"trainer holds {ctx.trainer[n].dtype}, declared {dt}", stage="trainer"))
     fp8_params = cfg.layout.fp8_vllm
     known = _layout_params(ctx)
@@ -493,7 +493,7 @@ def s6_exclusion(ctx: CheckContext):
             if n in ctx.trainer:
                 out.append(fail("S6", n, "trainer keeps in high precision a tensor the config declares FP8",
                                 stage="trainer"))
-    if ctx.payload is not None and cfg.sync_mode == "onpolicy":
+    if ctx.payload is not None and cfg.fp8_on_wire:
         wire_hp = {r.name for r in ctx.payload.meta.records if r.role == ROLE_HP}
         wire_fp8 = {r.name for r in ctx.payload.meta.records if r.role == ROLE_FP8}
         for n in sorted(wire_hp & cfg.fp8_tensors):

@@ -46,7 +46,7 @@ class UnsupportedEngine(EngineError):
     settings reader does not know)."""
 
 
-JUDGED_METHODS = ("fp8-block", "bf16")
+JUDGED_METHODS = ("fp8-block", "fp8-online-per-block", "bf16")
 
 
 def judgeable(settings: dict) -> str | None:
@@ -55,12 +55,11 @@ def judgeable(settings: dict) -> str | None:
     m = settings.get("method")
     if m in JUDGED_METHODS:
         return None
-    if m in ("fp8-online-per-tensor", "fp8-online-per-block"):
-        return (f"the engine quantizes the BF16 weights it receives itself ({m}: vllm.LLM(quantization=...) on a BF16 "
-                f"checkpoint), so it holds no learner's bytes to compare; start it from a block-FP8 checkpoint "
-                f"config (config.json quantization_config with weight_block_size: "
-                f"harness.engines.vllm.write_model_dir) -- judging online engines against vLLM's own rule "
-                f"(harness.numerics.online) is not built yet")
+    if m == "fp8-online-per-tensor":
+        return (f"the engine quantizes the BF16 weights it receives itself, per tensor ({m}: vllm.LLM("
+                f"quantization='fp8') on a BF16 checkpoint): judging that rule (one scale per fused parameter, "
+                f"transposed storage) is not built yet; fp8check judges block-FP8 checkpoint engines and "
+                f"quantization='fp8_per_block' (config rollout.quantization=online-per-block)")
     return (f"the engine's linear layers run {m!r} (quantization methods {settings.get('quant_methods') or '?'}), "
             f"which fp8check cannot read; it judges engines serving a block-FP8 checkpoint or BF16")
 
@@ -118,6 +117,10 @@ class VLLMEngine:
         versions not claimed). `llm_kwargs` go to vllm.LLM (e.g. enforce_eager=False, kv_cache_dtype)."""
         if config.calibrated_kv:
             raise EngineError(CALIBRATED_KV_UNSUPPORTED)
+        if config.rollout.quantization != "checkpoint" and not observe_only:
+            raise EngineError(f"rollout.quantization={config.rollout.quantization}: fp8check's own vLLM engine serves "
+                              f"block-FP8 checkpoints; an online-quantizing engine is judged on a user's engine "
+                              f"(check_sync) or on the CPU reference")
         self.config = config
         self.observe_only = observe_only
         self.tp = config.rollout.tp_size

@@ -84,3 +84,28 @@ def amax_over_448_blockwise(w: torch.Tensor, block=(128, 128), eps: float = 1e-1
 
 __all__ = ["E4M3_MAX", "MIN_SCALING_FACTOR", "amax_over_448_blockwise", "online_fp8_weight", "per_block_cast_to_fp8",
            "per_token_activation_quant", "scaled_fp8_quant_per_tensor"]
+
+
+def online_engine_state_hf(config, sent: dict) -> dict:
+    """What an engine quantizing BF16 itself with vLLM's `fp8_per_block` must hold after a correct sync of
+    `sent`, in checkpoint names: each fused parameter (q|k|v, gate|up, experts) quantized whole by
+    `per_block_cast_to_fp8` -- as the engine's process_weights_after_loading does it -- and cut back into its
+    checkpoint tensors (codes + `_scale_inv`); high-precision tensors as sent. The checks then judge the engine
+    against it as they judge a checkpoint engine against the learner's bytes."""
+    from ..layouts import is_scale_name, scale_name
+    from ..layouts.pieces import assemble
+    layout, recipe = config.layout, config.recipe
+    weights = {n: t for n, t in sent.items() if not is_scale_name(n)}
+    ranks = []
+    for r in range(config.rollout.tp_size):
+        pieces = [p for p in layout.vllm_load_pieces(r) if not is_scale_name(p.src)]     # BF16 in: no scales
+        params = assemble(pieces, weights, layout.vllm_param_shapes(r))
+        out = {}
+        for n, t in params.items():
+            if n in layout.fp8_vllm:
+                out[n], out[scale_name(n)] = per_block_cast_to_fp8(t.float(), recipe.block_shape, recipe.fp8_dtype)
+            else:
+                out[n] = t
+        ranks.append(out)
+    hf = layout.vllm_to_hf(layout.ranks_to_params(ranks), with_scales=True)
+    return {**hf, **{n: t for n, t in sent.items() if n in config.kv_scale_names}}

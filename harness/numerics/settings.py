@@ -12,7 +12,8 @@ def config_settings(config) -> dict:
     """The engine settings a config implies, in the vocabulary engines report them (EngineRecord.settings, C10):
     the quantization method its linears run, the weight block size, the KV-cache dtype, DeepGEMM / E8M0."""
     block = config.recipe.granularity == "block"
-    return {"method": "fp8-block" if block else config.recipe.granularity,
+    online = config.rollout.quantization == "online-per-block"
+    return {"method": ("fp8-online-per-block" if online else "fp8-block") if block else config.recipe.granularity,
             "weight_block_size": list(config.recipe.block_shape) if block else None,
             "kv_cache_dtype": _kv_dtype(config.rollout.kv_cache_dtype),
             "VLLM_USE_DEEP_GEMM": bool(config.rollout.use_deep_gemm),
@@ -36,7 +37,8 @@ def read_settings(raw: dict) -> dict:
     e8m0 = raw.get("ue8m0_in_use")
     if e8m0 is None:
         e8m0 = bool(raw.get("VLLM_USE_DEEP_GEMM")) and bool(raw.get("VLLM_USE_DEEP_GEMM_E8M0"))
-    return {"method": method, "weight_block_size": raw.get("weight_block_size"),
+    block = raw.get("weight_block_size") or ([128, 128] if method == "fp8-online-per-block" else None)
+    return {"method": method, "weight_block_size": block,
             "kv_cache_dtype": _kv_dtype(raw.get("kv_cache_dtype")), "VLLM_USE_DEEP_GEMM": raw.get("VLLM_USE_DEEP_GEMM"),
             "VLLM_USE_DEEP_GEMM_E8M0": raw.get("VLLM_USE_DEEP_GEMM_E8M0"),
-            "ue8m0_requant": bool(e8m0) and method == "fp8-block", "read_from_engine": True}
+            "ue8m0_requant": bool(e8m0) and method in ("fp8-block", "fp8-online-per-block"), "read_from_engine": True}

@@ -152,7 +152,7 @@ def build_payload(config: SyncConfig, trainer_hf: dict[str, torch.Tensor], versi
         n = spec.name
         if n in config.fp8_tensors:
             codes, s = trainer_hf[n], trainer_hf[scale_name(n)]
-            if config.sync_mode == "naive":
+            if not config.fp8_on_wire:
                 add(n, ROLE_HP, recipe.dequantize_weight(codes, s).to(torch.bfloat16))
             else:
                 add(n, ROLE_FP8, codes, tuple(recipe.block_shape))
@@ -192,7 +192,7 @@ def expected_wire(config: SyncConfig) -> dict[str, tuple[str, torch.dtype]]:
     """name -> (role, dtype) of every tensor the config says one sync must carry."""
     out = {}
     for spec in config.spec.tensors():
-        if spec.name in config.fp8_tensors and config.sync_mode == "onpolicy":
+        if spec.name in config.fp8_tensors and config.fp8_on_wire:
             out[spec.name] = (ROLE_FP8, config.recipe.fp8_dtype)
             out[scale_name(spec.name)] = (ROLE_SCALE, config.recipe.scale_dtype)
         else:

@@ -153,7 +153,7 @@ class ReferenceRollout(ServingMirror):
         self.recipe = config.recipe
         self.tp = config.rollout.tp_size
         self.ignored_layers = tuple(config.ignored_layers if ignored_layers is None else ignored_layers)
-        self.online_quant = config.sync_mode == "naive"     # BF16 checkpoint, quantized by the engine
+        self.online_quant = config.engine_quantizes         # BF16 checkpoint, quantized by the engine
         self.fp8_modules = self._quantized_modules()
         self._knobs = dict(self.DEFAULT_KNOBS)              # engine-stage faults set these for one install
         self._shard_rank = shard_rank or (lambda name, rank: rank)
