@@ -5,6 +5,10 @@
   digest     the streaming state digest and the blake2b wire digest (bound: integer work per 32-bit word)
   sync       one reference sync + the full catalog, per tiny model (bound: Python per-tensor work)
   matrix     wall time of the whole CPU fault-injection matrix (goal: under 30 s on 2 cores)
+
+Each figure is printed beside a floor measured in the same run, as a ratio ("x copy": the time of copying the same
+input once, `clone`, the memory-traffic floor of any pass over it; the matrix: in reference cells, the time of one
+clean tiny-dense cell in this process): machines differ by a quarter from run to run, ratios much less.
 """
 import argparse
 import json
@@ -31,12 +35,15 @@ def bench_quantize(out):
     from harness.formats import quantize_blockwise, quantize_mxfp8
     x = torch.randn(4096, 4096).to(torch.bfloat16)
     mb = x.numel() * 2 / 2 ** 20
+    floor = timed(lambda: x.clone(), 5)
+    out.setdefault("quantize", {})["copy floor"] = {"seconds": floor, "MiBps": mb / floor}
     for name, fn in (("blockwise 128x128 fp32 scales", lambda: quantize_blockwise(x)),
                      ("blockwise 128x128 pow2 scales", lambda: quantize_blockwise(x, pow2=True)),
                      ("mxfp8 1x32", lambda: quantize_mxfp8(x))):
         t = timed(fn)
-        out.setdefault("quantize", {})[name] = {"seconds": t, "MiBps": mb / t}
-        print(f"quantize  {name:32s} 4096x4096 bf16: {t * 1e3:7.1f} ms  ({mb / t:7.1f} MiB/s) [bound: tile memory traffic]")
+        out["quantize"][name] = {"seconds": t, "MiBps": mb / t, "x_copy": t / floor}
+        print(f"quantize  {name:32s} 4096x4096 bf16: {t * 1e3:7.1f} ms  ({mb / t:7.1f} MiB/s, {t / floor:5.1f} x copy) "
+              f"[bound: tile memory traffic]")
 
 
 def bench_digest(out):
@@ -44,11 +51,14 @@ def bench_digest(out):
     from harness.sync.payload import tensor_digest
     x = torch.randn(4096, 4096)
     mb = x.numel() * 4 / 2 ** 20
+    floor = timed(lambda: x.clone(), 5)
+    out.setdefault("digest", {})["copy floor"] = {"seconds": floor, "MiBps": mb / floor}
     for name, fn in (("state_digest (4 x 32-bit lanes)", lambda: state_digest(x)),
                      ("blake2b wire digest", lambda: tensor_digest(x))):
         t = timed(fn)
-        out.setdefault("digest", {})[name] = {"seconds": t, "MiBps": mb / t}
-        print(f"digest    {name:32s} 64 MiB fp32: {t * 1e3:7.1f} ms  ({mb / t:7.1f} MiB/s) [bound: per-word integer work]")
+        out["digest"][name] = {"seconds": t, "MiBps": mb / t, "x_copy": t / floor}
+        print(f"digest    {name:32s} 64 MiB fp32: {t * 1e3:7.1f} ms  ({mb / t:7.1f} MiB/s, {t / floor:5.1f} x copy) "
+              f"[bound: per-word integer work]")
 
 
 def bench_sync(out):
@@ -71,16 +81,27 @@ def bench_sync(out):
               f"[bound: Python per-tensor work]")
 
 
+def reference_cell_seconds() -> float:
+    """One clean tiny-dense blockwise-fp32 cell in this process (warmed once): the matrix's unit of work, measured
+    in the same run as the matrix so that its time can be compared across machines as a ratio."""
+    from faults.matrix import run_cell
+    run_cell(None, "tiny-dense", "blockwise-fp32")
+    return timed(lambda: run_cell(None, "tiny-dense", "blockwise-fp32"), 3)
+
+
 def bench_matrix(out, workers):
     import faults  # noqa: F401
     from faults.matrix import run_matrix, summary
+    ref = reference_cell_seconds()
     t = time.perf_counter()
     cells = run_matrix(workers=workers)
     wall = time.perf_counter() - t
     s = summary(cells)
-    out["matrix"] = {**s, "seconds": wall, "workers": workers}
+    out["matrix"] = {**s, "seconds": wall, "workers": workers, "reference_cell_seconds": ref,
+                     "in_reference_cells": wall / ref}
     print(f"matrix    {s['applicable']} applicable cells of {s['cells']} ({s['caught']} caught, {s['missed']} missed, "
           f"{s['clean_pass']} clean pass, {s['false_alarms']} false alarms) in {wall:.1f} s on {workers} worker(s) "
+          f"= {wall / ref:.0f} reference cells ({ref:.2f} s each, this run) "
           f"[goal < 30 s on 2 cores; bound: CPU reference syncs, one process per core]")
 
 
