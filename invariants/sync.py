@@ -271,7 +271,9 @@ def s3_scales(ctx: CheckContext):
                 i = (~is_pow2(v)).nonzero()[0]
                 out.append(fail("S3", sn, f"{stage}: power-of-two scales declared, log2 not integral", stage=stage,
                                 index=[int(x) for x in i], value=float(v[tuple(i)])))
-        if recipe.granularity == "block" and recipe.amax_epsilon == 0 and ctx.trainer.get(n) is not None:
+        # TE's rule for the learner's bytes; an engine quantizing online follows vLLM's (amax floored at 1e-4)
+        if recipe.granularity == "block" and recipe.amax_epsilon == 0 and ctx.trainer.get(n) is not None \
+                and ctx.config.rollout.quantization == "checkpoint":
             codes = ctx.trainer[n]
             if codes.dim() == 2 and codes.element_size() == 1 and tuple(t.shape) == recipe.scale_grid(codes.shape):
                 zero = (pad_blocks(codes.view(torch.uint8) & 0x7F, recipe.block_shape) == 0).all(dim=3).all(dim=1)

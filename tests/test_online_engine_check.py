@@ -85,3 +85,18 @@ def test_online_per_block_needs_blockwise_fp32():
         replace(base, rollout=replace(base.rollout, quantization="online-per-block"))
     with pytest.raises(ConfigError, match="rollout.quantization: 'online-per-tensor' is not one of"):
         replace(base, rollout=replace(base.rollout, quantization="online-per-tensor"))
+
+
+def test_an_all_zero_block_follows_vllms_floor_not_tes_rule():
+    """vLLM's per-block rule floors amax at 1e-4 (a zero block gets scale_inv 1e-4 / 448); TE's gives 1. A BF16
+    weight with a zero block, synced correctly into an online engine, is clean."""
+    cfg = _online()
+    sent = _bf16_masters(cfg)
+    n = "model.layers.0.mlp.down_proj.weight"
+    sent[n] = sent[n].clone()
+    sent[n][:128, :128] = 0
+    eng = make_engine("rollout", "cpu-reference", cfg)
+    eng.install([(k, t, 1) for k, t in sent.items()], 1)
+    assert float(online_engine_state_hf(cfg, sent)[n + "_scale_inv"][0, 0]) == pytest.approx(1e-4 / 448)
+    fails = _fails(check_sync(eng, sent, cfg, on_fail="return", version=1))
+    assert not fails, [(f.invariant_id, f.tensor, f.message) for f in fails]
