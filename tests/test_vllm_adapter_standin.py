@@ -189,6 +189,17 @@ def _user_sync(llm, trainer):
     llm.worker.model_runner.reload_weights(iter(trainer.export_hf().items()))
 
 
+def _watched_after_one_sync(llm, cfg):
+    """watch(llm), then one optimizer step and the user's own sync of it; returns the trainer."""
+    import harness
+    from harness.engines.registry import make_engine
+    harness.watch(llm)
+    trainer = make_engine("trainer", "cpu-reference", cfg)
+    trainer.optimizer_step()
+    _user_sync(llm, trainer)
+    return trainer
+
+
 @pytest.mark.parametrize("syncs", [3, 5])
 def test_consecutive_correct_user_syncs_are_clean_every_time(syncs):
     """watch + check_sync after each of several correct syncs: S7 passes each time (post-load once per sync; the
@@ -211,13 +222,9 @@ def test_consecutive_correct_user_syncs_are_clean_every_time(syncs):
 
 def test_an_observed_sync_that_post_processes_twice_is_still_caught():
     import harness
-    from harness.engines.registry import make_engine
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     llm = StandInLLM(cfg)
-    harness.watch(llm)
-    trainer = make_engine("trainer", "cpu-reference", cfg)
-    trainer.optimizer_step()
-    _user_sync(llm, trainer)
+    trainer = _watched_after_one_sync(llm, cfg)
     assert not [f for f in harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return") if f.verdict == "fail"]
     trainer.optimizer_step()
     _user_sync(llm, trainer)
@@ -273,13 +280,9 @@ def test_settings_are_read_from_the_engine_and_a_mismatch_is_c10_naming_the_vari
     FP32 scales need it off: the record's settings come from the engine, and the first finding names the
     variable (the byte checks, judged against the engine's real UE8M0 transform, follow)."""
     import harness
-    from harness.engines.registry import make_engine
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     llm = StandInLLM(cfg)
-    harness.watch(llm)
-    trainer = make_engine("trainer", "cpu-reference", cfg)
-    trainer.optimizer_step()
-    _user_sync(llm, trainer)
+    trainer = _watched_after_one_sync(llm, cfg)
     clean = harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
     assert [f.verdict for f in clean if f.invariant_id == "C10"] == ["pass"]
     monkeypatch.setattr(sys.modules["vllm.envs"], "VLLM_USE_DEEP_GEMM", True)
@@ -320,16 +323,12 @@ def test_an_fp8_per_block_engine_under_a_checkpoint_config_is_c10_naming_the_met
     """vllm.LLM(quantization="fp8_per_block") is judged (its rule is modelled); a config that planned a checkpoint
     engine gets C10 first, naming the method and what to change."""
     import harness
-    from harness.engines.registry import make_engine
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     llm = StandInLLM(cfg)
     for m in llm.worker.model_runner.model.modules():
         if isinstance(getattr(m, "quant_method", None), Fp8LinearMethod):
             m.quant_method = type("Fp8PerBlockOnlineLinearMethod", (QuantizeMethodBase,), {})()
-    harness.watch(llm)
-    trainer = make_engine("trainer", "cpu-reference", cfg)
-    trainer.optimizer_step()
-    _user_sync(llm, trainer)
+    trainer = _watched_after_one_sync(llm, cfg)
     findings = harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
     first = next(f for f in findings if f.verdict == "fail")
     assert (first.invariant_id, first.tensor) == ("C10", "method"), first

@@ -21,11 +21,11 @@ import torch
 
 from ..config import SyncConfig
 from ..layouts import engine_module, rank_name, weight_of_scale
+from ..numerics.settings import read_settings
 from ..record import EngineRecord, Generation, KVScale, Outputs, ServingState, UpdateRecord, WakeEvent
 from .protocol import EngineError
 from .versions import param_versions, served_versions, versions_meta
 from .vllm_extension import TEST_EXTENSION
-from ..numerics.settings import read_settings
 from .vllm_numerics import declared_act_quant, declared_post_load
 from .wire import decode, encode
 
@@ -198,12 +198,7 @@ class VLLMEngine:
         unknown = set(knobs) - self.knobs
         if unknown:
             raise EngineError(f"{self.engine} cannot inject {sorted(unknown)}")
-        if self.sleep_level:
-            raise EngineError("weights installed while the engine is asleep (wake it first)")
-        self.rpc("fp8check_reset_counts", int(knobs.get("post_process_repeats", 1)))
-        rec = UpdateRecord(version)
-        self.updates.append(rec)
-        self.generations = []                # the record reports generations since this update began
+        rec = self._begin_update(version, int(knobs.get("post_process_repeats", 1)))
         wire = self._wire(items)
         try:
             if direct or self.config.rollout.install == "load_weights":
@@ -216,6 +211,16 @@ class VLLMEngine:
         finally:
             self._close_update(rec, items)
         self._after_update(knobs)
+        return rec
+
+    def _begin_update(self, version: int | None, repeats: int = 1) -> UpdateRecord:
+        """One update begins: refused while asleep, the post-load counters reset, a fresh record."""
+        if self.sleep_level:
+            raise EngineError("weights installed while the engine is asleep (wake it first)")
+        self.rpc("fp8check_reset_counts", repeats)
+        rec = UpdateRecord(version)
+        self.updates.append(rec)
+        self.generations = []                # the record reports generations since this update began
         return rec
 
     def _wire(self, items):
@@ -250,12 +255,7 @@ class VLLMEngine:
     # -- a bucketed update, as vLLM 0.26's weight transfer receives one (start_weight_update, update_weights per
     # bucket, finish_weight_update: one layerwise reload across the buckets)
     def start_update(self, version: int | None = None) -> UpdateRecord:
-        if self.sleep_level:
-            raise EngineError("weights installed while the engine is asleep (wake it first)")
-        self.rpc("fp8check_reset_counts", 1)
-        rec = UpdateRecord(version)
-        self.updates.append(rec)
-        self.generations = []
+        rec = self._begin_update(version)
         self._open = (rec, [])
         self.rpc("fp8check_start_update")
         return rec

@@ -462,7 +462,7 @@ class ReferenceRollout(ServingMirror):
         key = self.forward_key("logprobs", tuple(map(tuple, prompts)))
         hit = FORWARDS.lookup(key)
         if hit is None:
-            hit = FORWARDS.put(key, [t.clone() for t in prompts_logprobs(self.config.spec, self.hf_weights(), prompts)])
+            hit = FORWARDS.put(key, prompts_logprobs(self.config.spec, self.hf_weights(), prompts))   # fresh tensors
         return [t.clone() for t in hit]
 
     serving_dtype = torch.bfloat16        # vLLM runs the model in its torch_dtype

@@ -170,9 +170,11 @@ class ServingMirror:
         self._note_generation()
         keys = [(tuple(p), max_tokens) for p in prompts]
         todo = {}                          # prompts neither in this engine's prefix cache nor decoded before
+        state = None                       # the engine-state part of the key: digested once per call
         for key in keys:
             if key not in self._prefix_cache and key not in todo:
-                fkey = self.forward_key("greedy", *key)
+                state = state or self.forward_key()
+                fkey = state + ("greedy", *key)
                 hit = FORWARDS.lookup(fkey)
                 if hit is None:
                     todo[key] = fkey
