@@ -233,10 +233,11 @@ def c10_engine_settings(ctx: CheckContext):
     if not got:
         return [unknown("C10", "the engine record carries no settings read from the engine")]
     want = config_settings(ctx.config)
-    out = []
+    out, compared = [], 0
     for key in ("method", "weight_block_size", "kv_cache_dtype", "ue8m0_requant"):
         if key not in got or got[key] is None and key != "weight_block_size":
             continue                      # the engine did not say: nothing claimed
+        compared += 1
         if got[key] != want[key]:
             env = ""
             if key == "ue8m0_requant":
@@ -245,5 +246,8 @@ def c10_engine_settings(ctx: CheckContext):
                        f"needs VLLM_USE_DEEP_GEMM_E8M0={int(want['VLLM_USE_DEEP_GEMM_E8M0'])})")
             out.append(fail("C10", key, f"engine {key} is {got[key]!r}, the config's is {want[key]!r}{env}: "
                                         f"{_SETTING_FIX[key]}", stage="config", expected=want[key], actual=got[key]))
+    if not out and not compared:
+        return [unknown("C10", "the engine record's settings name none of method, weight_block_size, "
+                               "kv_cache_dtype, ue8m0_requant")]
     return out or [passed("C10", "engine settings read from the engine match the config"
                           if got.get("read_from_engine") else "engine settings match the config")]

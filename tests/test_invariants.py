@@ -91,3 +91,23 @@ def test_checks_never_change_the_reference_engine(model):
     after = {n: tensor_digest(t) for n, t in rollout.kernel_tensors().items()}
     meta1 = rollout.record()
     assert before == after and meta1.versions == meta0.versions and meta1.storage_moved == meta0.storage_moved == []
+
+
+def test_c10_with_nothing_read_is_unknown_and_a_mismatch_fails():
+    from harness.config import recommended_config
+    from harness.numerics.settings import config_settings
+    from harness.record import EngineRecord
+    from harness.snapshot.model import Snapshot
+    from invariants import REGISTRY, CheckContext
+    from invariants.base import run_invariant
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+
+    def c10(settings):
+        rec = EngineRecord("x", 1, [], [], settings=settings)
+        return [(f.verdict, f.tensor) for f in run_invariant(REGISTRY["C10"], CheckContext(
+            cfg, rollout=Snapshot("rollout", {}, rec)))]
+    assert c10({}) == [("unknown", None)]
+    assert c10({"method": None, "kv_cache_dtype": None}) == [("unknown", None)]
+    assert c10(config_settings(cfg)) == [("pass", None)]
+    assert c10({**config_settings(cfg), "kv_cache_dtype": "fp8_e4m3"}) == [("fail", "kv_cache_dtype")]
+    assert c10({**config_settings(cfg), "weight_block_size": None}) == [("fail", "weight_block_size")]
