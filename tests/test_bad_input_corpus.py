@@ -339,6 +339,9 @@ def test_bad_model_config_json(tmp_path, name, cfg):
     (["faults", "--recipe", "blockwize-fp32"], "did you mean 'blockwise-fp32'?"),
     (["snapshot", "--engine", "vllm", "--out", "{dir}/y"], "--engine"), (["catalog", "--bogus"], "--bogus"),
     (["nonsense"], "nonsense"), (["live", "--steps", "-2"], "--steps"),
+    (["snapshot", "--set", "rollout.quantization=bogus", "--out", "{dir}/z"], "rollout.quantization: 'bogus'"),
+    (["snapshot", "--recipe", "blockwise-pow2", "--set", "rollout.quantization=online-per-block", "--out", "{dir}/z"],
+     "online-per-block quantizes 128x128 blocks with FP32 scales"),
 ])
 def test_bad_command_lines(tmp_path, argv, needle):
     f = tmp_path / "afile"
