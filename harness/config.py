@@ -14,9 +14,14 @@ from .models import LINEAR, ModelError, ModelSpec, get_model
 
 SYNC_MODES = ("onpolicy", "naive")
 INSTALL_PATHS = ("reload", "load_weights")
-# how the engine gets its FP8 weights: a block-FP8 checkpoint it is synced into as-is, or BF16 it quantizes itself
-# with vLLM's `fp8_per_block` (per_block_cast_to_fp8, 128x128; what verl and NeMo RL ship for BF16 training)
-ENGINE_QUANTIZATION = ("checkpoint", "online-per-block")
+# how the engine gets its FP8 weights: a block-FP8 checkpoint it is synced into as-is; BF16 it quantizes itself,
+# with vLLM's `fp8_per_block` (per_block_cast_to_fp8, 128x128; what verl and NeMo RL ship for BF16 training) or
+# vLLM's `fp8` (one dynamic scale per fused parameter; TRL's and SkyRL's naive FP8 rollout); or none (the engine
+# serves BF16: an FP8 learner's BF16 sampler)
+ENGINE_QUANTIZATION = ("checkpoint", "online-per-block", "online-per-tensor", "none")
+# fp8: the learner's GEMMs run the recipe; fp8-delayed: Transformer Engine's per-tensor delayed scaling (amax
+# history, Megatron-Core's `fp8_recipe="delayed"`: the seeds' naive trainer); bf16: no FP8 in the learner
+TRAINER_PRECISIONS = ("fp8", "fp8-delayed", "bf16")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")     # vLLM 0.26 raises for fp8_e5m2 with an FP8 checkpoint
 # where the FP8 KV cache's scales come from: one declared value the engine adapter pins after boot and every wake
 # (an uncalibrated checkpoint: 1.0), or the job's per-layer calibration, produced by the trainer at every step and
@@ -36,6 +41,13 @@ class TrainerConfig:
     # the device sync path: masters generated and kept on the trainer's GPU (deterministic from the seed, not the
     # CPU reference's; real shapes), the FP8 export left there
     device: bool = False
+    # fp8: the learner's GEMMs run the recipe (TE); bf16: they run BF16 (verl's and NeMo RL's BF16 training with an
+    # FP8 rollout); the wire then carries BF16 and the engine quantizes or serves BF16
+    precision: str = "fp8"
+    # delayed scaling's knobs (precision fp8-delayed), Megatron-Core 0.19.2's defaults
+    amax_history_len: int = 1
+    amax_compute_algo: str = "most_recent"
+    margin: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,7 +69,9 @@ class RolloutConfig:
     cuda_graphs: bool = False        # decode replays captured CUDA graphs (vLLM's default path; eager when False)
     sleep_mode: bool = False         # the engine sleeps (level 1 / 2) while the colocated trainer runs
     prefix_caching: bool = True      # vLLM's default; the engine resets the prefix cache after every weight sync
-    quantization: str = "checkpoint"  # checkpoint (block-FP8 bytes installed as-is) | online-per-block (BF16 in)
+    # checkpoint (block-FP8 bytes installed as-is) | online-per-block | online-per-tensor (BF16 in, the engine
+    # quantizes) | none (BF16 served)
+    quantization: str = "checkpoint"
 
 
 @dataclass(frozen=True)
@@ -113,6 +127,28 @@ class SyncConfig:
                 or self.recipe.scale_format != "fp32"):
             raise ConfigError(f"rollout.quantization=online-per-block quantizes 128x128 blocks with FP32 scales; "
                               f"recipe {self.recipe.name!r} is not that (use blockwise-fp32)")
+        if self.trainer.precision not in TRAINER_PRECISIONS:
+            raise ConfigError(f"trainer.precision: {self.trainer.precision!r} is not one of {TRAINER_PRECISIONS}")
+        if self.rollout.quantization == "checkpoint" and self.recipe.granularity == "tensor":
+            raise ConfigError(f"recipe {self.recipe.name!r} (per-tensor scales) has no on-policy checkpoint sync into "
+                              f"vLLM (its FP8 checkpoints fuse q|k|v under one scale and requantize); set "
+                              f"rollout.quantization to online-per-tensor, online-per-block or none")
+        if self.trainer.precision == "fp8-delayed":
+            if self.fp8_on_wire:
+                raise ConfigError("trainer.precision=fp8-delayed (per-tensor delayed scaling) has no on-policy "
+                                  "checkpoint sync into vLLM; set rollout.quantization to online-per-tensor, "
+                                  "online-per-block or none")
+            try:
+                self.delayed_scaling
+            except ValueError as e:
+                raise ConfigError(f"trainer: {e}") from None
+        if self.rollout.quantization == "none" and self.trainer.precision == "bf16" and self.fp8_tensors:
+            raise ConfigError("trainer.precision=bf16 with rollout.quantization=none runs no FP8 anywhere; say so "
+                              "with the exclusion set (exclude every linear) instead")
+        if self.rollout.quantization == "checkpoint" and self.trainer.precision == "bf16" \
+                and self.sync_mode == "onpolicy" and self.fp8_tensors:
+            raise ConfigError("trainer.precision=bf16 has no FP8 bytes to install as a checkpoint; set "
+                              "rollout.quantization to online-per-tensor, online-per-block or none")
         if self.rollout.moe_backend not in ("triton", "deep_gemm"):
             raise ConfigError(f"rollout.moe_backend: {self.rollout.moe_backend!r} is not one of ('triton', 'deep_gemm')")
         for k in ("trainer", "rollout"):
@@ -129,13 +165,52 @@ class SyncConfig:
     @property
     def fp8_on_wire(self) -> bool:
         """The sync carries FP8 codes and scales (the trainer's own): on-policy into a checkpoint engine. Otherwise
-        every tensor goes as BF16 and the engine quantizes (naive, or an online-quantizing engine)."""
+        every tensor goes as BF16 and the engine quantizes (naive, or an online-quantizing engine) or serves it."""
         return self.sync_mode == "onpolicy" and self.rollout.quantization == "checkpoint"
 
     @property
     def engine_quantizes(self) -> bool:
-        """The engine quantizes the BF16 it receives with vLLM's per-block rule."""
-        return self.sync_mode == "naive" or self.rollout.quantization == "online-per-block"
+        """The engine quantizes the BF16 it receives itself (the round trip's requantization, an online method)."""
+        return self.sync_mode == "naive" or self.rollout.quantization.startswith("online-")
+
+    @property
+    def trainer_fp8(self) -> bool:
+        """The learner's GEMMs run FP8 (its FP8 set is `fp8_tensors`)."""
+        return self.trainer.precision != "bf16"
+
+    @property
+    def delayed_scaling(self):
+        """The learner's delayed-scaling knobs (precision fp8-delayed), else None."""
+        if self.trainer.precision != "fp8-delayed":
+            return None
+        from .formats.delayed import DelayedScaling
+        t = self.trainer
+        return DelayedScaling(t.margin, t.amax_history_len, t.amax_compute_algo)
+
+    @property
+    def wire_is_master(self) -> bool:
+        """The wire carries the BF16 parameters (the masters cast), not the FP8 forward weights: every sync that
+        does not send FP8 bytes, except the round trip (`sync_mode=naive`), which dequantizes the FP8 forward."""
+        return not self.fp8_on_wire and self.sync_mode == "onpolicy"
+
+    @cached_property
+    def trainer_fp8_tensors(self) -> frozenset[str]:
+        """HF weight names the learner's forward runs as FP8 GEMMs (none for a BF16 learner)."""
+        return self.fp8_tensors if self.trainer_fp8 else frozenset()
+
+    @cached_property
+    def engine_fp8_tensors(self) -> frozenset[str]:
+        """HF weight names the engine holds as FP8 (the one exclusion set; none when it serves BF16)."""
+        return frozenset() if self.rollout.quantization == "none" else self.fp8_tensors
+
+    @cached_property
+    def engine_recipe(self) -> Recipe:
+        """The grid the engine holds its FP8 weights on: the recipe for a checkpoint engine (and the round trip,
+        which requantizes on the recipe's blocks), vLLM's per-tensor online rule (one fp32 scale per fused
+        parameter) for online-per-tensor."""
+        if self.rollout.quantization == "online-per-tensor":
+            return Recipe("vllm-online-per-tensor", granularity="tensor", scale_format="fp32")
+        return self.recipe
 
     @cached_property
     def spec(self) -> ModelSpec:
@@ -168,6 +243,8 @@ class SyncConfig:
         """The quantizer the trainer really runs: the recipe unless trainer.scale_format / amax_epsilon say
         otherwise (a disagreement the C checks exist to catch)."""
         t = self.trainer
+        if t.precision == "fp8-delayed":       # one fp32 scale per tensor, from the amax history
+            return Recipe("te-delayed", fp8_format=self.recipe.fp8_format, granularity="tensor", scale_format="fp32")
         if t.scale_format is None and t.amax_epsilon is None:
             return self.recipe
         ch = {}
@@ -189,7 +266,8 @@ class SyncConfig:
     @property
     def requant_ue8m0(self) -> bool:
         """The engine requantizes block-FP8 weights to UE8M0 after loading (DeepGEMM + E8M0 mode)."""
-        return self.recipe.granularity == "block" and self.rollout.use_deep_gemm and self.deep_gemm_e8m0
+        return self.engine_recipe.granularity == "block" and bool(self.engine_fp8_tensors) and \
+            self.rollout.use_deep_gemm and self.deep_gemm_e8m0
 
     @property
     def fp8_kv_cache(self) -> bool:
@@ -215,7 +293,9 @@ class SyncConfig:
     @cached_property
     def layout(self):
         from .layouts import LayoutMap
-        return LayoutMap(self.spec, self.fp8_tensors, self.recipe.block_shape, tp=self.rollout.tp_size)
+        return LayoutMap(self.spec, self.fp8_tensors, self.recipe.block_shape, tp=self.rollout.tp_size,
+                         engine_granularity=self.engine_recipe.granularity, engine_fp8_hf=self.engine_fp8_tensors,
+                         trainer_granularity=self.trainer_recipe.granularity)
 
     def vllm_quantization_config(self) -> dict:
         """What the rollout engine is started with (HF config.json `quantization_config`)."""

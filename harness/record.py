@@ -21,7 +21,7 @@ from .sync.transport import ReceiveReport
 # declared post-load transforms (harness.numerics.transforms implements each kind)
 POST_LOAD_KINDS = ("identity", "ue8m0_requant")
 # declared activation quantizers of an engine's FP8 GEMMs (harness.numerics.forward implements each kind)
-ACT_QUANT_KINDS = ("te", "vllm", "vllm-ue8m0", "mxfp8", "none")
+ACT_QUANT_KINDS = ("te", "te-delayed", "vllm", "vllm-ue8m0", "vllm-per-token", "mxfp8", "none")
 
 
 @dataclass

@@ -55,7 +55,7 @@ class CheckContext:
         t, s = self.trainer.get(name), self.trainer.get(sn)
         fp8 = name in cfg.fp8_tensors and s is not None
         try:
-            v = None if t is None else (cfg.recipe.dequantize_weight(t, s) if fp8 else t.float())
+            v = None if t is None else (cfg.trainer_recipe.dequantize_weight(t, s) if fp8 else t.float())
         except (ValueError, RuntimeError, IndexError, TypeError):
             v = None
         if fp8 or v is None:

@@ -28,7 +28,10 @@ def _arch_major(arch: str) -> int | None:
 def c1_recipe(ctx: CheckContext):
     import torch
     cfg, out, n = ctx.config, [], 0
-    for name in sorted(cfg.fp8_tensors):
+    if cfg.delayed_scaling is not None:
+        return [unknown("C1", "trainer.precision=fp8-delayed: a delayed-scaling scale comes from the learner's amax "
+                              "history, not from the master it quantizes; nothing to recompute")]
+    for name in sorted(cfg.trainer_fp8_tensors):
         if name not in ctx.master or name not in ctx.trainer:
             continue
         m = ctx.master[name].float()

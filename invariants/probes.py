@@ -128,10 +128,12 @@ def _trainer_act_quant(ctx: CheckContext) -> str:
     return ctx.trainer.meta.act_quant if ctx.trainer.meta is not None else "te"
 
 
-def _forward(ctx: CheckContext, values: dict, kind: str, prompts):
+def _forward(ctx: CheckContext, values: dict, kind: str, prompts, fp8=None):
+    """The reference forward of `values`; `fp8`: the names whose GEMMs run FP8 (default: the engine's)."""
     from harness.numerics.forward import Weights, act_quant, prompts_logprobs
     cfg = ctx.config
-    return prompts_logprobs(cfg.spec, Weights(values, cfg.fp8_tensors, act_quant(kind, cfg.recipe)), prompts)
+    fp8 = cfg.engine_fp8_tensors if fp8 is None else fp8
+    return prompts_logprobs(cfg.spec, Weights(values, fp8, act_quant(kind, cfg.recipe)), prompts)
 
 
 def floor_logprobs(ctx: CheckContext, prompts):
@@ -145,8 +147,15 @@ def floor_logprobs(ctx: CheckContext, prompts):
     post_load = ctx.rollout.meta.post_load if ctx.rollout is not None and ctx.rollout.meta is not None else None
     hf = {n: ctx.trainer[n] for n in ctx.trainer.names()}
     try:
-        ideal = cfg.layout.vllm_to_hf(expected_engine_state(cfg, hf, post_load))
-        vals = {n: cfg.recipe.dequantize_weight(ideal[n], ideal[scale_name(n)]) if n in cfg.fp8_tensors else ideal[n]
+        if cfg.rollout.quantization != "checkpoint" and ctx.payload is not None:
+            # an engine given BF16: a perfect one holds the wire as sent (none) or its own rule over it (online)
+            from harness.numerics.online import online_engine_state_hf
+            sent = {n: ctx.payload[n] for n in ctx.payload.names()}
+            ideal = online_engine_state_hf(cfg, sent) if cfg.engine_quantizes else sent
+        else:
+            ideal = cfg.layout.vllm_to_hf(expected_engine_state(cfg, hf, post_load))
+        vals = {n: cfg.engine_recipe.dequantize_weight(ideal[n], ideal[scale_name(n)])
+                if n in cfg.engine_fp8_tensors else ideal[n]
                 for n in (t.name for t in cfg.spec.tensors()) if n in ideal}
     except (KeyError, ValueError, RuntimeError, IndexError, TypeError) as e:
         return f"the trainer's bytes do not map onto the engine's layout ({e.__class__.__name__}: {e}; see S1/S4)"
@@ -170,13 +179,15 @@ def snapshot_logprobs(ctx: CheckContext, prompts):
         if n not in rhf:
             continue
         try:
-            rv[n] = cfg.recipe.dequantize_weight(rhf[n], rhf[scale_name(n)]) if n in cfg.fp8_tensors else rhf[n]
+            rv[n] = cfg.engine_recipe.dequantize_weight(rhf[n], rhf[scale_name(n)]) if n in cfg.engine_fp8_tensors \
+                else rhf[n]
         except (KeyError, ValueError, RuntimeError, IndexError, TypeError):
             continue
     rv = _model_values(ctx, rv, "rollout snapshot")
     if isinstance(rv, str):
         return rv
-    return _forward(ctx, tv, _trainer_act_quant(ctx), prompts), _forward(ctx, rv, _rollout_act_quant(ctx), prompts)
+    return (_forward(ctx, tv, _trainer_act_quant(ctx), prompts, cfg.trainer_fp8_tensors),
+            _forward(ctx, rv, _rollout_act_quant(ctx), prompts))
 
 
 def _not_finite(d: dict) -> list[str]:

@@ -14,16 +14,22 @@ if TYPE_CHECKING:     # torch and the numerics are imported in the checks that c
 
 from harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
 
-from .base import CheckContext, fail, invariant, passed, unknown
+from .base import FAIL, CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff, bits_equal, engine_position, unravel, value_diff
 
 MAX_FINDINGS = 20     # per invariant; the rest are counted in a summary finding
 
 
 def _cap(inv_id: str, findings: list):
+    """At most MAX_FINDINGS findings, then one summary of the rest carrying their worst verdict (unknowns summed
+    up stay unknown: a long list of what could not be judged is not a violation)."""
     if len(findings) > MAX_FINDINGS:
-        extra = len(findings) - MAX_FINDINGS
-        findings = findings[:MAX_FINDINGS] + [fail(inv_id, None, f"... and {extra} more violations")]
+        rest = findings[MAX_FINDINGS:]
+        if any(f.verdict == FAIL for f in rest):
+            more = fail(inv_id, None, f"... and {len(rest)} more violations")
+        else:
+            more = unknown(inv_id, f"... and {len(rest)} more that cannot be judged")
+        findings = findings[:MAX_FINDINGS] + [more]
     return findings
 
 
@@ -163,6 +169,16 @@ def s1_coverage(ctx: CheckContext):
 
 
 # -- S2 -----------------------------------------------------------------------------------------------------------
+def _requantized(cfg, trainer_tensor) -> str:
+    """Why codes differ by design: the engine quantizes what it receives (the config says so), or holds BF16."""
+    q = cfg.rollout.quantization
+    if q == "checkpoint":
+        return ""
+    learner = "BF16" if trainer_tensor.element_size() != 1 else f"FP8 on {cfg.trainer_recipe.name}"
+    engine = "serves BF16" if q == "none" else f"quantizes the BF16 it receives itself ({q})"
+    return f": the engine {engine}, the learner holds {learner}; the sampler is off the learner's policy"
+
+
 @invariant("S2", "sync", "code identity",
            "the E4M3 codes the sampler's kernels read equal the learner's FP8 forward weights byte for byte "
            "(after undoing the engine's declared layout)", needs=("trainer", "rollout"),
@@ -195,8 +211,8 @@ def s2_codes(ctx: CheckContext):
         if ev:
             what = "the trainer's codes after the engine's declared UE8M0 requantization" if transformed \
                 else "the trainer's"
-            out.append(fail("S2", n, f"codes the sampler reads differ from {what}", stage="engine",
-                            **_where(ctx, n, ev)))
+            out.append(fail("S2", n, f"codes the sampler reads differ from {what}{_requantized(ctx.config, t)}",
+                            stage="engine", **_where(ctx, n, ev)))
     if not out:
         if not n_checked:
             return [unknown("S2", "nothing to check: no FP8 weight in both the trainer and the rollout snapshot")]
@@ -388,12 +404,13 @@ def s4_layout(ctx: CheckContext):
             n_checked += 1                      # identical bits: identical values, no dequantization needed
             continue
         try:
-            if n in cfg.fp8_tensors:
-                e = ctx.trainer_value(n)
-                a = recipe.dequantize_weight(r, rhf[scale_name(n)].to(recipe.scale_dtype)
-                                             if recipe.scale_dtype == E8M0 else rhf[scale_name(n)].float())
+            er = cfg.engine_recipe                  # the engine's grid (per tensor on an online per-tensor engine)
+            e = ctx.trainer_value(n) if n in cfg.fp8_tensors else ctx.trainer[n]
+            if n in cfg.engine_fp8_tensors:
+                a = er.dequantize_weight(r, rhf[scale_name(n)].to(er.scale_dtype)
+                                         if er.scale_dtype == E8M0 else rhf[scale_name(n)].float())
             else:
-                e, a = ctx.trainer[n], r            # compared as fp32 chunk by chunk (value_diff)
+                a = r                               # compared as fp32 chunk by chunk (value_diff)
         except (KeyError, ValueError, RuntimeError, IndexError) as ex:
             out.append(fail("S4", n, f"cannot dequantize in checkpoint coordinates: {ex}", stage="engine"))
             continue
@@ -461,9 +478,9 @@ def s5_dtypes(ctx: CheckContext):
             continue                    # S1 reports tensors the layout does not know
         _, n = split_rank_name(k)
         if is_scale_name(n):
-            exp = _dtype(str(cfg.recipe.scale_dtype)) if weight_of_scale(n) in fp8_params else None
+            exp = _dtype(str(cfg.engine_recipe.scale_dtype)) if weight_of_scale(n) in fp8_params else None
         else:
-            exp = _dtype(str(cfg.recipe.fp8_dtype)) if n in fp8_params else "bfloat16"
+            exp = _dtype(str(cfg.engine_recipe.fp8_dtype)) if n in fp8_params else "bfloat16"
         got = _dtype(str(ctx.rollout[k].dtype))
         if exp is None:
             out.append(fail("S5", k, "engine holds a scale for a tensor declared high precision", stage="engine",
@@ -475,7 +492,7 @@ def s5_dtypes(ctx: CheckContext):
 
 # -- S6 -----------------------------------------------------------------------------------------------------------
 def expected_fp8_modules(cfg) -> set[str]:
-    return {engine_module(p.dst) for p in cfg.layout.vllm[0] if p.src in cfg.fp8_tensors}
+    return {engine_module(p.dst) for p in cfg.layout.vllm[0] if p.src in cfg.engine_fp8_tensors}
 
 
 @invariant("S6", "sync", "exclusion agreement",
@@ -489,9 +506,9 @@ def s6_exclusion(ctx: CheckContext):
     if ctx.trainer is not None:
         t_fp8 = {n for n in ctx.trainer.names() if not is_scale_name(n)
                  and ctx.trainer[n].element_size() == 1 and ctx.trainer[n].is_floating_point()}
-        for n in sorted(t_fp8 - cfg.fp8_tensors):
+        for n in sorted(t_fp8 - cfg.trainer_fp8_tensors):
             out.append(fail("S6", n, "trainer quantizes a tensor the config keeps in high precision", stage="trainer"))
-        for n in sorted(cfg.fp8_tensors - t_fp8):
+        for n in sorted(cfg.trainer_fp8_tensors - t_fp8):
             if n in ctx.trainer:
                 out.append(fail("S6", n, "trainer keeps in high precision a tensor the config declares FP8",
                                 stage="trainer"))

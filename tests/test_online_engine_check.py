@@ -83,8 +83,8 @@ def test_online_per_block_needs_blockwise_fp32():
     base = recommended_config("tiny-dense", "blockwise-pow2")
     with pytest.raises(ConfigError, match="online-per-block quantizes 128x128 blocks with FP32 scales"):
         replace(base, rollout=replace(base.rollout, quantization="online-per-block"))
-    with pytest.raises(ConfigError, match="rollout.quantization: 'online-per-tensor' is not one of"):
-        replace(base, rollout=replace(base.rollout, quantization="online-per-tensor"))
+    with pytest.raises(ConfigError, match="rollout.quantization: 'fp8_per_tensor' is not one of"):
+        replace(base, rollout=replace(base.rollout, quantization="fp8_per_tensor"))
 
 
 def test_an_all_zero_block_follows_vllms_floor_not_tes_rule():

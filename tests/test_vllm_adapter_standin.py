@@ -297,10 +297,10 @@ def test_settings_are_read_from_the_engine_and_a_mismatch_is_c10_naming_the_vari
         and "needs VLLM_USE_DEEP_GEMM_E8M0=0" in first.message
 
 
-@pytest.mark.parametrize("method", ["Fp8PerTensorOnlineLinearMethod", "AWQMethod"])
+@pytest.mark.parametrize("method", ["AWQMethod", "GPTQMarlinLinearMethod"])
 def test_an_engine_fp8check_cannot_judge_is_one_line_and_left_untouched(method):
-    """vllm.LLM(quantization="fp8") on a BF16 checkpoint quantizes on its own; another method is unknown: one
-    line naming it and what to do, and the engine's state and hooks stay as they were."""
+    """A quantization method the settings reader does not know: one line naming it and what to do, and the
+    engine's state and hooks stay as they were."""
     import harness
     from harness.engines.vllm import UnsupportedEngine
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
@@ -313,23 +313,25 @@ def test_an_engine_fp8check_cannot_judge_is_one_line_and_left_untouched(method):
         harness.check_sync(llm, {}, cfg)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("check_sync: the engine")
-    assert ("quantizes the BF16 weights it receives itself, per tensor" in msg) == ("Online" in method), msg
+    assert method in msg, msg
     assert "_fp8check_state" not in llm.worker.__dict__            # nothing instrumented
     after = llm.worker.model_runner.model.state_dict()
     assert all(torch.equal(before[n], after[n]) for n in before)
 
 
-def test_an_fp8_per_block_engine_under_a_checkpoint_config_is_c10_naming_the_method():
-    """vllm.LLM(quantization="fp8_per_block") is judged (its rule is modelled); a config that planned a checkpoint
-    engine gets C10 first, naming the method and what to change."""
+@pytest.mark.parametrize("cls,method", [("Fp8PerBlockOnlineLinearMethod", "fp8-online-per-block"),
+                                        ("Fp8PerTensorOnlineLinearMethod", "fp8-online-per-tensor")])
+def test_an_online_engine_under_a_checkpoint_config_is_c10_naming_the_method(cls, method):
+    """vllm.LLM(quantization="fp8_per_block") and, on a BF16 checkpoint, quantization="fp8" are judged (their rules
+    are modelled); a config that planned a checkpoint engine gets C10 first, naming the method."""
     import harness
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     llm = StandInLLM(cfg)
     for m in llm.worker.model_runner.model.modules():
         if isinstance(getattr(m, "quant_method", None), Fp8LinearMethod):
-            m.quant_method = type("Fp8PerBlockOnlineLinearMethod", (QuantizeMethodBase,), {})()
+            m.quant_method = type(cls, (QuantizeMethodBase,), {})()
     trainer = _watched_after_one_sync(llm, cfg)
     findings = harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
     first = next(f for f in findings if f.verdict == "fail")
     assert (first.invariant_id, first.tensor) == ("C10", "method"), first
-    assert "'fp8-online-per-block'" in first.message and "'fp8-block'" in first.message
+    assert f"'{method}'" in first.message and "'fp8-block'" in first.message

@@ -31,6 +31,51 @@ def _arms(text: str) -> list[str]:
     return arms
 
 
+# the arms fp8check's live engines run (Megatron-Core/TE + vLLM checkpoint engines); the others need TE delayed
+# scaling, a BF16 learner or an online-quantizing vLLM engine behind the live adapters, which are not built yet
+LIVE_ARMS = ("bf16", "roundtrip-fp8", "onpolicy-fp8", "calibrated-clip")
+
+
+def read_part(path: str) -> tuple[list, list]:
+    """(runs, steps) of one earlier `fp8check e2e --out` directory."""
+    from ..errors import UsageError
+    out = []
+    for name in ("runs.jsonl", "steps.jsonl"):
+        f = os.path.join(path, name)
+        try:
+            with open(f) as fh:
+                out.append([json.loads(line) for line in fh if line.strip()])
+        except FileNotFoundError:
+            raise UsageError(f"--merge {path}: no {name} (a directory an `fp8check e2e --out` run wrote)") from None
+        except (OSError, json.JSONDecodeError) as e:
+            raise UsageError(f"--merge {f}: cannot read it ({e.__class__.__name__}: {e})") from None
+    return out[0], out[1]
+
+
+def merge_parts(paths: list[str]) -> tuple[list, list, dict]:
+    """Parts of one comparison (one arm or seed each) merged: (runs, steps, the settings they share). Parts that
+    ran other settings, or the same (arm, seed) twice, are an error naming the part."""
+    from ..errors import UsageError
+    runs, steps, settings, seen = [], [], None, {}
+    for p in paths:
+        r, st = read_part(p)
+        for h in r:
+            key = (h["arm"], h["seed"])
+            if key in seen:
+                raise UsageError(f"--merge {p}: arm {key[0]} seed {key[1]} is also in {seen[key]}")
+            seen[key] = p
+            if settings is None:
+                settings = h["settings"]
+            elif h["settings"] != settings:
+                diff = sorted(k for k in settings if settings.get(k) != h["settings"].get(k))
+                raise UsageError(f"--merge {p}: ran other settings ({', '.join(diff)}) than the first part")
+        runs += r
+        steps += st
+    if not runs:
+        raise UsageError(f"--merge {' '.join(paths)}: the parts hold no runs")
+    return runs, steps, settings
+
+
 def run(args) -> int:
     from e2e.rl.claims import Tolerances, evaluate
     from e2e.rl.engines import missing_rl_surface
@@ -41,7 +86,8 @@ def run(args) -> int:
     from ..snapshot import prepare_out_dir
     from ..errors import UsageError
     arms = _arms(args.arms)
-    for flag, v, lo in (("--steps", args.steps, 1), ("--seeds", args.seeds, 1), ("--prompts", args.prompts, 1),
+    for flag, v, lo in (("--steps", args.steps, 1), ("--seeds", args.seeds, 1), ("--seed-start", args.seed_start, 0),
+                        ("--prompts", args.prompts, 1),
                         ("--group", args.group, 2), ("--length", args.length, 1), ("--warmup", args.warmup, 0)):
         if v < lo:
             raise UsageError(f"{flag} {v}: must be >= {lo}")
@@ -76,6 +122,14 @@ def run(args) -> int:
         if missing:
             raise UsageError(f"--engine live: the registered GPU engines lack {', '.join(missing)} (the RL methods "
                              f"e2e/rl/engines.py defines); implement them or use --engine cpu")
+    if args.merge:
+        return _merge(args, Tolerances, evaluate, write_plots, write_report, prepare_out_dir)
+    if args.engine == "live":
+        off = [a for a in arms if a not in LIVE_ARMS]
+        if off:
+            raise UsageError(f"--engine live: arm(s) {', '.join(off)} need TE delayed scaling, a BF16 learner or an "
+                             f"online-quantizing vLLM engine on the live engines, not built yet (CPU: --engine cpu); "
+                             f"live arms: {', '.join(LIVE_ARMS)}")
     prepare_out_dir(args.out)
     settings = LoopSettings(model=args.model, recipe=args.recipe, task=args.task, length=args.length,
                             prompts_per_step=args.prompts, group_size=args.group, temperature=args.temperature,
@@ -89,7 +143,8 @@ def run(args) -> int:
     def progress(run_header):
         print(f"  {run_header['arm']} seed {run_header['seed']}: {run_header['steps']} steps in "
               f"{run_header['wall_seconds']:.0f} s", file=sys.stderr, flush=True)
-    res = run_comparison(arms, args.seeds, args.steps, settings, out=args.out, jobs=jobs, progress=progress)
+    res = run_comparison(arms, args.seeds, args.steps, settings, out=args.out, jobs=jobs, progress=progress,
+                         seed_start=args.seed_start)
     tol = Tolerances()
     claims = evaluate(res["runs"], res["steps"], tol)
     meta = {"command": "fp8check " + " ".join(args.argv), "settings": settings.to_dict(), "arms": arms,
@@ -98,16 +153,44 @@ def run(args) -> int:
     if not args.no_plots:
         meta["figures"] = write_plots(res["steps"], args.out, tol.to_dict())
     summary = write_report(args.out, res["runs"], res["steps"], claims, meta)
+    return _print(args, arms, claims, summary, meta)
+
+
+def _merge(args, Tolerances, evaluate, write_plots, write_report, prepare_out_dir) -> int:
+    """`--merge DIR ...`: one report from parts run separately (one arm or seed each, e.g. live runs that must each
+    fit a 10-minute device call)."""
+    t0 = time.perf_counter()
+    runs, steps, settings = merge_parts(args.merge)
+    prepare_out_dir(args.out)
+    from e2e.rl.loop import write_records
+    write_records(args.out, runs, steps)
+    arms = list(dict.fromkeys(r["arm"] for r in runs))
+    tol = Tolerances()
+    claims = evaluate(runs, steps, tol)
+    seeds = sorted({r["seed"] for r in runs})
+    meta = {"command": "fp8check " + " ".join(args.argv), "settings": settings, "arms": arms,
+            "steps": max(r["steps"] for r in runs), "seeds": len(seeds), "jobs": None, "tolerances": tol.to_dict(),
+            "merged_from": list(args.merge), "wall_seconds": round(sum(r.get("wall_seconds", 0) for r in runs), 1),
+            "cpu_count": os.cpu_count()}
+    if not args.no_plots:
+        meta["figures"] = write_plots(steps, args.out, tol.to_dict())
+    summary = write_report(args.out, runs, steps, claims, meta)
+    meta["merge_seconds"] = round(time.perf_counter() - t0, 1)
+    return _print(args, arms, claims, summary, meta)
+
+
+def _print(args, arms, claims, summary, meta) -> int:
     if args.json:
         from e2e.rl.loop import jsonable
         print(json.dumps(jsonable(summary), indent=1, allow_nan=False))
     else:
-        t = Table(title=f"fp8check e2e: {', '.join(arms)}; {args.seeds} seed(s) x {args.steps} steps "
+        t = Table(title=f"fp8check e2e: {', '.join(arms)}; {meta['seeds']} seed(s) x {meta['steps']} steps "
                         f"({meta['wall_seconds']:.0f} s)")
         for c in ("claim", "verdict", "detail"):
             t.add_column(c, overflow="fold")
         for c in claims:
-            t.add_row(c["claim"], f"[{CLAIM_STYLE[c['verdict']]}]{c['verdict']}[/]", c["detail"])
+            t.add_row(c["claim"], f"[{CLAIM_STYLE[c['verdict']]}]{c['verdict']}[/]",
+                      c["detail"] + (f"; why: {c['explanation']}" if c.get("explanation") else ""))
         con = console()
         con.print(t)
         con.print(f"{'FAILED: ' + ', '.join(summary['failed']) if summary['failed'] else 'OK'}; "
@@ -134,7 +217,10 @@ def register(sub, selected: bool = True):
     p.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                    help=f"comma-separated arms of {', '.join(ARMS)} (default: {','.join(DEFAULT_ARMS)})")
     p.add_argument("--steps", type=int, default=60, help="RL steps per run")
-    p.add_argument("--seeds", type=int, default=3, help="independent seeds (0..K-1); arms are paired within a seed")
+    p.add_argument("--seeds", type=int, default=5, help="independent seeds (K..K+N-1); arms are paired within a seed")
+    p.add_argument("--seed-start", type=int, default=0, help="first seed (a part of a split run: --merge joins them)")
+    p.add_argument("--merge", nargs="+", metavar="DIR",
+                   help="merge parts (earlier --out directories) into one report in --out; runs nothing")
     p.add_argument("--task", choices=TASKS, default=d.task)
     p.add_argument("--length", type=int, default=d.length, help="digits per prompt")
     p.add_argument("--prompts", type=int, default=d.prompts_per_step, help="prompts per step")

@@ -46,7 +46,7 @@ class UnsupportedEngine(EngineError):
     settings reader does not know)."""
 
 
-JUDGED_METHODS = ("fp8-block", "fp8-online-per-block", "bf16")
+JUDGED_METHODS = ("fp8-block", "fp8-online-per-block", "fp8-online-per-tensor", "bf16")
 
 
 def judgeable(settings: dict) -> str | None:
@@ -55,11 +55,6 @@ def judgeable(settings: dict) -> str | None:
     m = settings.get("method")
     if m in JUDGED_METHODS:
         return None
-    if m == "fp8-online-per-tensor":
-        return (f"the engine quantizes the BF16 weights it receives itself, per tensor ({m}: vllm.LLM("
-                f"quantization='fp8') on a BF16 checkpoint): judging that rule (one scale per fused parameter, "
-                f"transposed storage) is not built yet; fp8check judges block-FP8 checkpoint engines and "
-                f"quantization='fp8_per_block' (config rollout.quantization=online-per-block)")
     return (f"the engine's linear layers run {m!r} (quantization methods {settings.get('quant_methods') or '?'}), "
             f"which fp8check cannot read; it judges engines serving a block-FP8 checkpoint or BF16")
 
@@ -75,11 +70,19 @@ def engine_env(config: SyncConfig) -> dict[str, str]:
     return env
 
 
+# vllm.LLM(quantization=...) of an engine that quantizes BF16 itself (a BF16 checkpoint): "fp8" on a BF16
+# checkpoint is vLLM's online per-tensor method (Fp8Config(is_checkpoint_fp8_serialized=False) ->
+# Fp8PerTensorOnlineLinearMethod, quantization/fp8.py:178-192); "fp8_per_block" its online 128x128 one
+VLLM_ONLINE_QUANTIZATION = {"online-per-tensor": "fp8", "online-per-block": "fp8_per_block"}
+
+
 def write_model_dir(config: SyncConfig, path: str, ignored_layers=None) -> str:
-    """A checkpoint directory vLLM can start from with load_format=dummy: just config.json."""
+    """A checkpoint directory vLLM can start from with load_format=dummy: just config.json (a block-FP8
+    checkpoint's `quantization_config`; none for an engine that quantizes BF16 itself or serves it: start that
+    one with `quantization=VLLM_ONLINE_QUANTIZATION[config.rollout.quantization]`)."""
     os.makedirs(path, exist_ok=True)
-    q = config.vllm_quantization_config()
-    if ignored_layers is not None:
+    q = config.vllm_quantization_config() if config.rollout.quantization == "checkpoint" else None
+    if ignored_layers is not None and q is not None:
         q["ignored_layers"] = list(ignored_layers)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config.spec.hf_config(q), f, indent=1)

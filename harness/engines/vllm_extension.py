@@ -31,6 +31,21 @@ WORKER_EXTENSION = "harness.engines.vllm_extension.FP8CheckWorkerExtension"
 TEST_EXTENSION = "harness.engines.vllm_extension.FP8CheckTestExtension"
 
 
+class _Oriented:
+    """A parameter read in checkpoint orientation: `.data` the re-oriented view, everything else the
+    parameter's (storage pointer, meta-ness: what the lifecycle checks watch)."""
+
+    def __init__(self, param, view):
+        self._param, self.data = param, view
+        self.shape, self.dtype = view.shape, view.dtype
+
+    is_meta = property(lambda self: self._param.is_meta)
+    device = property(lambda self: self._param.device)
+
+    def data_ptr(self):
+        return self._param.data_ptr()
+
+
 def _encode(obj):
     from .wire import encode
     return encode(obj)
@@ -57,7 +72,25 @@ class FP8CheckWorkerExtension:
         return self.model_runner.get_model()
 
     def _fp8check_params(self) -> dict:
-        return dict(self._fp8check_model().named_parameters())
+        """Parameters under the names and orientation fp8check's snapshots use (checkpoint orientation): vLLM's
+        online per-tensor FP8 (`quantization="fp8"` on a BF16 checkpoint, Fp8PerTensorOnline*Method) stores a
+        linear's codes transposed (`qweight.t()`, [K, N]) and one `weight_scale` ([1]; experts [E]); they are
+        read as the [N, K] codes (the view's transpose: no copy) and `weight_scale_inv` ([1]; experts [E, 1]),
+        the same dequantization multiplier under the name every other FP8 weight's scale has."""
+        ps = dict(self._fp8check_model().named_parameters())
+        for mod, m in self._fp8check_layers().items():
+            kind = type(getattr(m, "quant_method", None)).__name__
+            if "PerTensorOnline" not in kind:
+                continue
+            pre = f"{mod}." if mod else ""
+            for w in ("weight", "w13_weight", "w2_weight"):
+                if pre + w in ps and pre + w + "_scale" in ps:
+                    p, sc = ps[pre + w], ps.pop(pre + w + "_scale")
+                    if "MoE" not in kind and p.dim() == 2 and not p.is_meta:
+                        ps[pre + w] = _Oriented(p, p.data.t())
+                    ps[pre + w + "_scale_inv"] = sc if sc.is_meta or sc.dim() != 1 or "MoE" not in kind \
+                        else _Oriented(sc, sc.data.reshape(-1, 1))
+        return ps
 
     def _fp8check_layers(self) -> dict:
         """Layer name -> module, for every module with parameters and a quantization method (the layers whose

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..formats import quantize_mxfp8
-from ..numerics.online import per_block_cast_to_fp8
+from ..numerics.online import online_quantize
 from ..layouts import rank_name
 from ..record import PostLoad
 
@@ -39,11 +38,15 @@ def declared_post_load(config, fp8_params: list[tuple[int, str, tuple]], ue8m0: 
     """fp8_params: (rank, vLLM name, engine-local shape) of every FP8 weight the engine holds; `ue8m0`: the
     engine's own UE8M0 requantization setting where it was read from the engine."""
     params = sorted(rank_name(n, r, config.rollout.tp_size) for r, n, shp in fp8_params
-                    if config.recipe.granularity == "block" and requant_applies(config, n, shp, ue8m0))
+                    if config.engine_recipe.granularity == "block" and requant_applies(config, n, shp, ue8m0))
     return PostLoad("ue8m0_requant" if params else "identity", params, list(config.recipe.block_shape))
 
 
 def declared_act_quant(config, ue8m0: bool | None = None) -> str:
+    if not config.engine_fp8_tensors:
+        return "none"
+    if config.engine_recipe.granularity == "tensor":
+        return "vllm-per-token"          # the per-tensor online method: dynamic per-token activation scales
     if config.recipe.granularity == "mxfp8":
         return "mxfp8"
     return "vllm-ue8m0" if (config.requant_ue8m0 if ue8m0 is None else ue8m0) else "vllm"
@@ -51,8 +54,7 @@ def declared_act_quant(config, ue8m0: bool | None = None) -> str:
 
 
 def vllm_online_quant(w: torch.Tensor, recipe):
-    """The engine quantizing a BF16 weight on its own (naive sync): what fp8check's vLLM adapter runs in the
-    engine, vLLM's `per_block_cast_to_fp8` (use_ue8m0=False) on the fp32 values; MXFP8 uses the OCP rule."""
-    if recipe.granularity == "mxfp8":
-        return quantize_mxfp8(w, recipe.fp8_dtype)
-    return per_block_cast_to_fp8(w.float(), recipe.block_shape, recipe.fp8_dtype)
+    """The engine quantizing a BF16 weight on its own (the round trip, an online engine) on `recipe`'s grid:
+    vLLM's `per_block_cast_to_fp8` (use_ue8m0=False) on the fp32 values, its per-tensor `scaled_fp8_quant`, or
+    the OCP rule for MXFP8 (harness.numerics.online.online_quantize, the one source)."""
+    return online_quantize(w, recipe)

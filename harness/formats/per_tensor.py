@@ -18,4 +18,8 @@ def quantize_per_tensor(x: torch.Tensor, *, amax_epsilon: float = 0.0, pow2: boo
 
 
 def dequantize_per_tensor(codes: torch.Tensor, scale_inv: torch.Tensor, out_dtype=torch.float32):
-    return (codes.float() * scale_inv.float()).to(out_dtype)
+    """codes * scale_inv; a stack of tensors ([E, N, K]) with one scale each ([E, 1]) scales slot by slot."""
+    s = scale_inv.float()
+    if s.numel() > 1 and codes.dim() > 2:
+        s = s.reshape(*codes.shape[:-2], 1, 1)
+    return (codes.float() * s).to(out_dtype)

@@ -91,7 +91,7 @@ class Recipe:
         """Wire shape of the scale tensor for a weight of `shape` (leading expert dims kept)."""
         lead = tuple(shape[:-2])
         if self.granularity == "tensor":
-            return (1,)
+            return lead + (1,)              # one scale per tensor (a stack of experts: one per expert)
         bn, bk = self.block_shape
         return lead + (-(-shape[-2] // bn), -(-shape[-1] // bk))
 

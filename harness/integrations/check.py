@@ -135,7 +135,7 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     from ..sync.pipeline import payload_snapshot
     eng = _engine(engine, config)
     trainer_hf, wire = _expected(expected, config)
-    if config.rollout.quantization == "online-per-block" and wire is not None:
+    if config.rollout.quantization.startswith("online-") and wire is not None:
         # the engine quantizes what it was sent: what it must hold is vLLM's per-block rule over that
         from ..numerics.online import online_engine_state_hf
         trainer_hf = online_engine_state_hf(config, trainer_hf)

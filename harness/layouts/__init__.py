@@ -47,12 +47,28 @@ def _scale_pieces(pieces, fp8_src: set[str], block_shape) -> list[Piece]:
     return [p.scaled(bn, bk, scale_name(p.src), scale_name(p.dst)) for p in pieces if p.src in fp8_src]
 
 
+def _tensor_scale_pieces(pieces, fp8_src: set[str], rank: int) -> list[Piece]:
+    """An engine holding one scale per (fused) parameter and rank (vLLM's online per-tensor FP8): every member's
+    scale is the parameter's one scale (`[1]`; routed experts `[E, 1]`, one per expert). In checkpoint
+    coordinates a member's scale is `[tp]`, element r being rank r's scale of the parameter it sits in."""
+    return [Piece(scale_name(p.src), scale_name(p.dst), rank, 0, 1, dst_index=p.dst_index, shard_id=p.shard_id)
+            for p in pieces if p.src in fp8_src]
+
+
 @dataclass
 class LayoutMap:
     spec: ModelSpec
     fp8_hf: frozenset          # HF weight names carried as FP8
     block_shape: tuple         # scale block in (rows, cols) of the weight
     tp: int = 1
+    # the engine's scale grid: "block" (the recipe's blocks: a checkpoint engine, online per block) or "tensor"
+    # (one scale per fused parameter: online per tensor); the trainer and the wire always use the recipe's blocks
+    engine_granularity: str = "block"
+    # HF weight names the engine holds as FP8 (None: fp8_hf; empty: an engine serving BF16)
+    engine_fp8_hf: frozenset | None = None
+    # the learner's scale grid: "block" (the recipe) or "tensor" (one scale per Megatron tensor: TE delayed
+    # scaling; in checkpoint names each member of a fused tensor carries that one scale, [1])
+    trainer_granularity: str = "block"
     megatron: list = field(init=False)
     megatron_shapes: dict = field(init=False)
     vllm: list = field(init=False)          # per rank: pieces
@@ -68,7 +84,9 @@ class LayoutMap:
         for p in self.megatron:                   # a fused Megatron tensor is FP8 for all its members or none
             if (p.src in self.fp8_megatron) != (p.dst in self.fp8_hf):
                 raise LayoutError(f"{p.src}: fused members disagree on FP8 vs high precision ({p.dst})")
-        self.fp8_vllm = frozenset(p.dst for p in self.vllm[0] if p.src in self.fp8_hf)
+        if self.engine_fp8_hf is None:
+            self.engine_fp8_hf = self.fp8_hf
+        self.fp8_vllm = frozenset(p.dst for p in self.vllm[0] if p.src in self.engine_fp8_hf)
 
     # -- shapes of scale tensors --------------------------------------------------------------------------
     def _scale_shapes(self, shapes: dict, fp8: frozenset) -> dict:
@@ -80,20 +98,31 @@ class LayoutMap:
         return out
 
     # -- trainer (Megatron) -> wire (HF) -------------------------------------------------------------------
+    def _trainer_scale_pieces(self) -> list[Piece]:
+        if self.trainer_granularity == "tensor":
+            return [Piece(scale_name(p.src), scale_name(p.dst), 0, 0, 1) for p in self.megatron
+                    if p.src in self.fp8_megatron]
+        return _scale_pieces(self.megatron, set(self.fp8_megatron), self.block_shape)
+
+    def _trainer_scale_shapes(self, shapes: dict, fp8) -> dict:
+        if self.trainer_granularity == "tensor":
+            return {scale_name(n): (1,) for n in fp8}
+        return self._scale_shapes(shapes, fp8)
+
     def megatron_to_hf(self, tensors: dict[str, torch.Tensor], with_scales: bool = True) -> dict[str, torch.Tensor]:
         """Codes/scales/high-precision tensors under Megatron names -> HF names (scales moved in blocks)."""
         pieces = self.megatron
         shapes = dict(self.hf_shapes)
         if with_scales:
-            pieces = pieces + _scale_pieces(self.megatron, set(self.fp8_megatron), self.block_shape)
-            shapes.update(self._scale_shapes(self.hf_shapes, self.fp8_hf))
+            pieces = pieces + self._trainer_scale_pieces()
+            shapes.update(self._trainer_scale_shapes(self.hf_shapes, self.fp8_hf))
         return assemble(pieces, tensors, shapes)
 
-    def megatron_to_hf_lazy(self, tensors) -> "LazyMap":
+    def megatron_to_hf_lazy(self, tensors, with_scales: bool = True) -> "LazyMap":
         """`megatron_to_hf` one HF tensor at a time, each from only the Megatron tensors it is made of (a fault
         reading one layer of a previous step does not make the whole model)."""
-        pieces = self.megatron + _scale_pieces(self.megatron, set(self.fp8_megatron), self.block_shape)
-        shapes = {**self.hf_shapes, **self._scale_shapes(self.hf_shapes, self.fp8_hf)}
+        pieces = self.megatron + (self._trainer_scale_pieces() if with_scales else [])
+        shapes = {**self.hf_shapes, **self._trainer_scale_shapes(self.hf_shapes, self.fp8_hf)}
         by_dst: dict[str, list] = {}
         for p in pieces:
             by_dst.setdefault(p.dst, []).append(p)
@@ -103,18 +132,32 @@ class LayoutMap:
         """HF names -> Megatron names (fused tensors rebuilt); with_scales: FP8 codes and their block scales."""
         pieces, shapes = self.megatron, dict(self.megatron_shapes)
         if with_scales:
-            pieces = pieces + _scale_pieces(self.megatron, set(self.fp8_megatron), self.block_shape)
-            shapes.update(self._scale_shapes(self.megatron_shapes, self.fp8_megatron))
+            pieces = pieces + self._trainer_scale_pieces()
+            shapes.update(self._trainer_scale_shapes(self.megatron_shapes, self.fp8_megatron))
         return disassemble(pieces, tensors, shapes)
 
     # -- wire (HF) -> rollout (vLLM, per rank) -------------------------------------------------------------
+    @property
+    def per_tensor_engine(self) -> bool:
+        return self.engine_granularity == "tensor"
+
     def vllm_param_shapes(self, rank: int = 0) -> dict[str, tuple]:
         shapes = self.vllm_shapes[rank]
+        if self.per_tensor_engine:
+            return {**shapes, **{scale_name(n): tuple(shapes[n][:-2]) + (1,) for n in self.fp8_vllm}}
         return {**shapes, **self._scale_shapes(shapes, self.fp8_vllm)}
 
     def vllm_load_pieces(self, rank: int = 0) -> list[Piece]:
         """Weight pieces plus scale pieces for one rank (what the engine's weight loaders follow)."""
-        return self.vllm[rank] + _scale_pieces(self.vllm[rank], set(self.fp8_hf), self.block_shape)
+        if self.per_tensor_engine:
+            return self.vllm[rank] + _tensor_scale_pieces(self.vllm[rank], set(self.engine_fp8_hf), rank)
+        return self.vllm[rank] + _scale_pieces(self.vllm[rank], set(self.engine_fp8_hf), self.block_shape)
+
+    def engine_hf_scale_shapes(self) -> dict[str, tuple]:
+        """Checkpoint-coordinate shapes of the engine's scales (what `vllm_to_hf` returns for them)."""
+        if self.per_tensor_engine:
+            return {scale_name(n): (self.tp,) for n in self.engine_fp8_hf}
+        return self._scale_shapes(self.hf_shapes, self.engine_fp8_hf)
 
     def hf_to_vllm(self, tensors: dict[str, torch.Tensor], rank: int = 0) -> dict[str, torch.Tensor]:
         return assemble(self.vllm_load_pieces(rank), tensors, self.vllm_param_shapes(rank))
@@ -129,8 +172,7 @@ class LayoutMap:
         """Undo fusion and TP narrowing: rollout parameters (keys per `rank_name`) back to HF checkpoint
         coordinates. The one inverse the checks, the reference forward and the tests share; `errors` as in
         `disassemble` (strict without it)."""
-        shapes = {**self.hf_shapes, **self._scale_shapes(self.hf_shapes, self.fp8_hf)} if with_scales \
-            else self.hf_shapes
+        shapes = {**self.hf_shapes, **self.engine_hf_scale_shapes()} if with_scales else self.hf_shapes
         return disassemble(self.rollout_pieces(with_scales), params, shapes, errors)
 
     def ranks_to_params(self, ranks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

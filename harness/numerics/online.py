@@ -50,10 +50,14 @@ def per_block_cast_to_fp8(w: torch.Tensor, block=(128, 128), fp8_dtype=torch.flo
 
 
 def scaled_fp8_quant_per_tensor(w: torch.Tensor, fp8_dtype=torch.float8_e4m3fn, scale: torch.Tensor | None = None):
-    """(codes as w's shape, scale fp32 [1]): vLLM's dynamic per-tensor quantization of one (fused) tensor;
-    `scale` given: the same conversion with that scale (a slice of a tensor quantized whole)."""
+    """(codes as w's shape, scale fp32 [1]): vLLM's dynamic per-tensor quantization of one (fused) tensor
+    (csrc/.../w8a8/fp8/common.cu: scale = amax / 448 in fp32, no floor; each value times the fp32 reciprocal,
+    fmaxf(-448, fminf(x, 448)), a saturating cast). fminf/fmaxf drop a NaN operand, so a NaN product (0 * inf on
+    an all-zero tensor, whose scale is 0; a NaN weight) becomes 448. `scale` given: the same conversion with
+    that scale (a slice of a tensor quantized whole)."""
     s = (w.abs().amax().float() / E4M3_MAX).reshape(1) if scale is None else scale.float().reshape(1)
-    x = (w.float() * (1.0 / s)).clamp(-E4M3_MAX, E4M3_MAX)
+    x = w.float() * (1.0 / s)
+    x = torch.where(torch.isnan(x), torch.full_like(x, E4M3_MAX), x).clamp(-E4M3_MAX, E4M3_MAX)
     return cast_to_fp8(x, fp8_dtype), s
 
 
@@ -70,6 +74,12 @@ def per_token_activation_quant(x: torch.Tensor, fp8_dtype=torch.float8_e4m3fn) -
     return cast_to_fp8(x.float() / s, fp8_dtype).float() * s
 
 
+def per_tensor_activation_quant(x: torch.Tensor, fp8_dtype=torch.float8_e4m3fn) -> torch.Tensor:
+    """The dequantized activations of vLLM's online per-tensor Triton MoE (dynamic per tensor, scaled_fp8_quant)."""
+    q, s = scaled_fp8_quant_per_tensor(x, fp8_dtype)
+    return q.float() * s
+
+
 def amax_over_448_blockwise(w: torch.Tensor, block=(128, 128), eps: float = 1e-10, fp8_dtype=torch.float8_e4m3fn):
     """The senders' blockwise formula (SkyRL's wire, verl's Triton kernel): scale_inv = max(amax, eps) / 448,
     q = e4m3(x / scale_inv)."""
@@ -82,19 +92,39 @@ def amax_over_448_blockwise(w: torch.Tensor, block=(128, 128), eps: float = 1e-1
     return _unblock(cast_to_fp8(xv / s, fp8_dtype), n, k), s.reshape(xv.shape[0], xv.shape[2]).contiguous()
 
 
-__all__ = ["E4M3_MAX", "MIN_SCALING_FACTOR", "amax_over_448_blockwise", "online_fp8_weight", "per_block_cast_to_fp8",
+__all__ = ["E4M3_MAX", "MIN_SCALING_FACTOR", "amax_over_448_blockwise", "online_engine_state_hf", "online_fp8_weight",
+           "online_quantize", "per_block_cast_to_fp8", "per_tensor_activation_quant",
            "per_token_activation_quant", "scaled_fp8_quant_per_tensor"]
 
 
+def online_quantize(w: torch.Tensor, recipe):
+    """What an engine quantizing a BF16 (fused) parameter itself installs, on the engine's grid
+    (`SyncConfig.engine_recipe`): (codes as w's shape, scale). Per tensor: `scaled_fp8_quant_per_tensor`, one
+    scale per parameter, routed experts ([E, N, K]) one per expert (scale [E, 1]); per block: `per_block_cast_to_fp8`;
+    MXFP8: the OCP rule. Codes are in checkpoint orientation ([N, K]): vLLM's per-tensor method stores their
+    transpose, which its adapter undoes when it reads them."""
+    if recipe.granularity == "tensor":
+        if w.dim() > 2:
+            parts = [scaled_fp8_quant_per_tensor(x, recipe.fp8_dtype) for x in w]
+            return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+        return scaled_fp8_quant_per_tensor(w, recipe.fp8_dtype)
+    if recipe.granularity == "mxfp8":
+        from ..formats import quantize_mxfp8
+        return quantize_mxfp8(w, recipe.fp8_dtype)
+    return per_block_cast_to_fp8(w.float(), recipe.block_shape, recipe.fp8_dtype)
+
+
 def online_engine_state_hf(config, sent: dict) -> dict:
-    """What an engine quantizing BF16 itself with vLLM's `fp8_per_block` must hold after a correct sync of
-    `sent`, in checkpoint names: each fused parameter (q|k|v, gate|up, experts) quantized whole by
-    `per_block_cast_to_fp8` -- as the engine's process_weights_after_loading does it -- and cut back into its
-    checkpoint tensors (codes + `_scale_inv`); high-precision tensors as sent. The checks then judge the engine
-    against it as they judge a checkpoint engine against the learner's bytes."""
+    """What an engine quantizing BF16 itself (`rollout.quantization` online-per-block or online-per-tensor) must
+    hold after a correct sync of `sent`, in checkpoint names: each fused parameter (q|k|v, gate|up, experts)
+    quantized whole by the engine's rule (`online_quantize`) -- as its process_weights_after_loading does it, on
+    every tensor-parallel rank's shard -- and cut back into its checkpoint tensors (codes + `_scale_inv`: block
+    grids, or per tensor `[tp]`, rank r's scale of the parameter the tensor sits in); high-precision tensors as
+    sent. The checks then judge the engine against it as they judge a checkpoint engine against the learner's
+    bytes."""
     from ..layouts import is_scale_name, scale_name
     from ..layouts.pieces import assemble
-    layout, recipe = config.layout, config.recipe
+    layout, recipe = config.layout, config.engine_recipe
     weights = {n: t for n, t in sent.items() if not is_scale_name(n)}
     ranks = []
     for r in range(config.rollout.tp_size):
@@ -103,7 +133,7 @@ def online_engine_state_hf(config, sent: dict) -> dict:
         out = {}
         for n, t in params.items():
             if n in layout.fp8_vllm:
-                out[n], out[scale_name(n)] = per_block_cast_to_fp8(t.float(), recipe.block_shape, recipe.fp8_dtype)
+                out[n], out[scale_name(n)] = online_quantize(t, recipe)
             else:
                 out[n] = t
         ranks.append(out)

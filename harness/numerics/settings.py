@@ -11,9 +11,11 @@ def _kv_dtype(d):
 def config_settings(config) -> dict:
     """The engine settings a config implies, in the vocabulary engines report them (EngineRecord.settings, C10):
     the quantization method its linears run, the weight block size, the KV-cache dtype, DeepGEMM / E8M0."""
-    block = config.recipe.granularity == "block"
-    online = config.rollout.quantization == "online-per-block"
-    return {"method": ("fp8-online-per-block" if online else "fp8-block") if block else config.recipe.granularity,
+    q = config.rollout.quantization
+    block = config.engine_recipe.granularity == "block" and q != "none"
+    method = {"online-per-block": "fp8-online-per-block", "online-per-tensor": "fp8-online-per-tensor",
+              "none": "bf16"}.get(q, "fp8-block" if block else config.recipe.granularity)
+    return {"method": method,
             "weight_block_size": list(config.recipe.block_shape) if block else None,
             "kv_cache_dtype": _kv_dtype(config.rollout.kv_cache_dtype),
             "VLLM_USE_DEEP_GEMM": bool(config.rollout.use_deep_gemm),

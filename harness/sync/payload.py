@@ -135,13 +135,16 @@ class Payload:
         return [r.to_json() for r in self.records]
 
 
-def build_payload(config: SyncConfig, trainer_hf: dict[str, torch.Tensor], version: int) -> Payload:
+def build_payload(config: SyncConfig, trainer_hf: dict[str, torch.Tensor], version: int,
+                  master_hf: dict[str, torch.Tensor] | None = None) -> Payload:
     """What the trainer sends after step `version`, in checkpoint order (each FP8 weight followed by its scale).
 
-    onpolicy: the trainer's own FP8 codes and scales, installed as-is.
-    naive:    the FP8 forward weight dequantized to BF16; the engine quantizes on its own (the failure mode).
+    FP8 on the wire (on-policy into a checkpoint engine): the trainer's own FP8 codes and scales, installed as-is.
+    naive (the round trip): the FP8 forward weight dequantized to BF16; the engine quantizes on its own.
+    otherwise (an engine that quantizes BF16 itself or serves it, a BF16 learner): the BF16 parameters, the
+    masters cast to BF16 (`master_hf`; a BF16 learner's export is that already).
     """
-    recipe = config.recipe
+    recipe = config.trainer_recipe
     recs, tensors = [], {}
 
     def add(name, role, t, block=None):
@@ -150,13 +153,16 @@ def build_payload(config: SyncConfig, trainer_hf: dict[str, torch.Tensor], versi
 
     for spec in config.spec.tensors():
         n = spec.name
-        if n in config.fp8_tensors:
-            codes, s = trainer_hf[n], trainer_hf[scale_name(n)]
-            if not config.fp8_on_wire:
-                add(n, ROLE_HP, recipe.dequantize_weight(codes, s).to(torch.bfloat16))
-            else:
-                add(n, ROLE_FP8, codes, tuple(recipe.block_shape))
-                add(scale_name(n), ROLE_SCALE, s, tuple(recipe.block_shape))
+        if n in config.fp8_tensors and config.fp8_on_wire:
+            add(n, ROLE_FP8, trainer_hf[n], tuple(config.recipe.block_shape))
+            add(scale_name(n), ROLE_SCALE, trainer_hf[scale_name(n)], tuple(config.recipe.block_shape))
+        elif n in config.fp8_tensors and config.trainer_fp8 and not config.wire_is_master:
+            add(n, ROLE_HP, recipe.dequantize_weight(trainer_hf[n], trainer_hf[scale_name(n)]).to(torch.bfloat16))
+        elif n in config.fp8_tensors and config.trainer_fp8:
+            if master_hf is None:
+                raise PayloadError(f"{n}: this sync sends the BF16 parameters (rollout.quantization="
+                                   f"{config.rollout.quantization}); pass the trainer's masters")
+            add(n, ROLE_HP, master_hf[n].to(torch.bfloat16))
         else:
             add(n, ROLE_HP, trainer_hf[n].to(torch.bfloat16))
     for n in config.kv_scale_names:             # the job's calibrated KV-cache scales, fp32 scalars

@@ -159,7 +159,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         trainer_hf = fault.apply(config, dict(trainer_hf), fctx, **params)
         fctx.trainer_hf = trainer_hf
     wire_config = replace(config, sync_mode="naive") if naive else config
-    sent = build_payload(wire_config, trainer_hf, version)
+    sent = build_payload(wire_config, trainer_hf, version,
+                         master_hf if master_hf is not None or wire_config.fp8_on_wire else trainer.master_hf())
     if stage == "payload":
         sent = fault.apply(config, sent, fctx, **params)
     buckets = pack(sent, config.transport.bucket_bytes)

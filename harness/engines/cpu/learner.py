@@ -25,7 +25,7 @@ from ...config import SyncConfig
 from ...layouts import scale_name
 from ...numerics.forward import Weights, act_quant, logits, prompts_logprobs
 from ...record import TrainerRecord
-from .trainer import act_quant_kind, forward_state, megatron_masters, policy_weights, te_forward_weight
+from .trainer import act_quant_kind, forward_state, is_fp8_gemm, megatron_masters, policy_weights, te_forward_weight
 
 
 def adamw_step(params: list, state: list, step: int, lr: float, betas: tuple, eps: float, weight_decay: float):
@@ -69,6 +69,13 @@ class CpuLearner:
         self.max_grad_norm = max_grad_norm
         self._fp8: dict | None = None
         self._hf: dict | None = None
+        # TE delayed scaling (trainer.precision=fp8-delayed): one state per FP8 weight and per GEMM input, keyed by
+        # Megatron tensor (q|k|v is one te.Linear: one weight quantizer, one input quantizer)
+        self.delayed = config.delayed_scaling
+        self.weight_states = {k: self.delayed.state() for k in self.masters if is_fp8_gemm(config, k)} \
+            if self.delayed else {}
+        self.input_states: dict = {}
+        self._gemm_of = {p.dst.removesuffix(".weight"): p.src for p in self.layout.megatron}
 
     # -- optimizer ----------------------------------------------------------------------------------------------
     def optimizer_step(self) -> int:
@@ -91,7 +98,11 @@ class CpuLearner:
         gradient clipping, one AdamW step. Returns the loss's stats plus `grad_norm`, `loss` and the new
         `version`."""
         seqs = batch["sequences"]
-        lg = logits(self.config.spec, self.train_weights(), seqs)[:, :-1]
+        for k, st in self.weight_states.items():      # the step's one cast of each weight records its amax
+            st.cast(self.masters[k].detach().to(torch.bfloat16), self.config.recipe.fp8_dtype)
+        lg = logits(self.config.spec, self.train_weights(record=True), seqs)[:, :-1]
+        for st in list(self.weight_states.values()) + list(self.input_states.values()):
+            st.update(self.delayed, self.config.recipe.fp8_dtype)     # the fp8_autocast exit
         lp_all = (lg / batch["temperature"]).log_softmax(-1)
         lp = lp_all.gather(-1, seqs[:, 1:, None])[..., 0]
         with torch.no_grad():
@@ -112,28 +123,50 @@ class CpuLearner:
         """Megatron-named: codes + `_scale_inv` for FP8 GEMMs, the BF16 parameter for everything else (the
         reference trainer's rule, `te_forward_weight`, over this learner's masters)."""
         if self._fp8 is None:
-            self._fp8 = forward_state(self.masters,
-                                      lambda k: te_forward_weight(self.config, k, self.masters[k].detach()))
+            self._fp8 = forward_state(self.masters, self._forward_weight)
         return self._fp8
 
-    def train_weights(self) -> Weights:
+    def _forward_weight(self, k: str):
+        m = self.masters[k].detach()
+        if k in self.weight_states:            # delayed scaling: the scale the next forward finds, state untouched
+            return self.weight_states[k].cast(m.to(torch.bfloat16), self.config.recipe.fp8_dtype, record=False)
+        return te_forward_weight(self.config, k, m)
+
+    def _input_quant(self, record: bool):
+        """TE delayed scaling of a GEMM's input: the module's current input scale (recording the amax in a
+        training forward), dequantized, gradients straight through."""
+        dt = self.config.recipe.fp8_dtype
+
+        def q(x, name):
+            key = self._gemm_of.get(name, name)
+            st = self.input_states.get(key)
+            if st is None:
+                st = self.input_states[key] = self.delayed.state()
+            codes, s_inv = st.cast(x, dt, record=record)
+            return straight_through(codes.float() * s_inv, x)
+        return q
+
+    def train_weights(self, record: bool = False) -> Weights:
         """HF-named weights for a differentiable forward: exactly the FP8 forward bytes (dequantized), with the
-        masters' gradients through the straight-through estimator; TE's activation quantizer likewise."""
+        masters' gradients through the straight-through estimator; TE's activation quantizer likewise (delayed
+        scaling: each GEMM input at its module's current scale; `record`: a training forward, amaxes recorded)."""
         fp8, recipe = self.fp8_forward_weights(), self.config.trainer_recipe
         fwd = {}
         for k, p in self.masters.items():
-            v = recipe.dequantize_weight(fp8[k], fp8[scale_name(k)]) if k in self.layout.fp8_megatron \
+            v = recipe.dequantize_weight(fp8[k], fp8[scale_name(k)]) if is_fp8_gemm(self.config, k) \
                 else fp8[k].float()
             fwd[k] = straight_through(v, p)
         hf = self.layout.megatron_to_hf(fwd, with_scales=False)
+        if self.delayed:
+            return Weights(hf, self.config.trainer_fp8_tensors, None, named_act_quant=self._input_quant(record))
         quant = act_quant(act_quant_kind(self.config), self.config.recipe)
-        return Weights(hf, self.config.fp8_tensors, straight_through_quantizer(quant))
+        return Weights(hf, self.config.trainer_fp8_tensors, straight_through_quantizer(quant))
 
     def export_hf(self) -> dict[str, torch.Tensor]:
         """The learner's FP8 forward weights in HF names: exactly the bytes its forward uses (a fresh dict;
         the tensors are shared with a cache and must not be written in place)."""
         if self._hf is None:
-            self._hf = self.layout.megatron_to_hf(self.fp8_forward_weights())
+            self._hf = self.layout.megatron_to_hf(self.fp8_forward_weights(), with_scales=self.config.trainer_fp8)
         return dict(self._hf)
 
     def master_hf(self) -> dict[str, torch.Tensor]:
@@ -144,6 +177,11 @@ class CpuLearner:
                              info={"optimizer": "AdamW", **self.hparams})
 
     def forward_weights(self) -> Weights:
+        if self.delayed:                       # the stateful input quantizer, read without recording
+            with torch.no_grad():
+                w = self.train_weights()
+            return Weights({k: v.detach() for k, v in w.tensors.items()}, w.fp8, None,
+                           named_act_quant=self._input_quant(False))
         return policy_weights(self.config, self.export_hf())
 
     def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:

@@ -150,7 +150,7 @@ class ReferenceRollout(ServingMirror):
         config.spec.require_modelled()
         self.config = config
         self.layout = config.layout
-        self.recipe = config.recipe
+        self.recipe = config.engine_recipe                  # the grid the engine holds FP8 on
         self.tp = config.rollout.tp_size
         self.ignored_layers = tuple(config.ignored_layers if ignored_layers is None else ignored_layers)
         self.online_quant = config.engine_quantizes         # BF16 checkpoint, quantized by the engine
@@ -182,6 +182,8 @@ class ReferenceRollout(ServingMirror):
 
     def _quantized_modules(self) -> frozenset[str]:
         """The engine's own view of which vLLM modules are FP8 (vLLM `is_layer_skipped`, exact names)."""
+        if self.config.rollout.quantization == "none":
+            return frozenset()                               # started without quantization: BF16 throughout
         kinds = {t.module: t.kind for t in self.config.spec.tensors()}
         ignored = set(self.ignored_layers)
         fp8 = set()
@@ -295,7 +297,9 @@ class ReferenceRollout(ServingMirror):
     def _pieces_for(self, name: str, rank: int, rec: UpdateRecord) -> list[Piece]:
         """Where a checkpoint tensor goes on one rank; an unknown name is refused, as vLLM's loader does."""
         src_rank = self._shard_rank(name, rank)
-        if is_scale_name(name):
+        if is_scale_name(name) and self.layout.per_tensor_engine:
+            pieces = [p for p in self.layout.vllm_load_pieces(src_rank) if p.src == name]
+        elif is_scale_name(name):
             w = weight_of_scale(name)
             bn, bk = self.recipe.block_shape
             pieces = [p.scaled(bn, bk, name, scale_name(p.dst)) for p in self.layout.vllm[src_rank] if p.src == w]

@@ -26,15 +26,25 @@ _FORWARD = Memo(FORWARD_MEMO_BYTES)
 
 
 def act_quant_kind(config: SyncConfig) -> str:
-    """Transformer Engine quantizes activations in 1x128 blocks with the weights' scale rule (MXFP8: 1x32)."""
+    """Transformer Engine quantizes activations in 1x128 blocks with the weights' scale rule (MXFP8: 1x32); a
+    BF16 learner not at all."""
+    if not config.trainer_fp8:
+        return "none"
+    if config.delayed_scaling is not None:
+        return "te-delayed"
     return "mxfp8" if config.recipe.granularity == "mxfp8" else "te"
+
+
+def is_fp8_gemm(config: SyncConfig, megatron_name: str) -> bool:
+    """The learner runs this Megatron tensor's GEMM in FP8."""
+    return config.trainer_fp8 and megatron_name in config.layout.fp8_megatron
 
 
 def te_forward_weight(config: SyncConfig, name: str, master: torch.Tensor):
     """What Transformer Engine's forward holds for one Megatron tensor given its fp32 master: (codes, scale_inv)
     for an FP8 GEMM (TE's quantizer of the BF16 parameter, or of the fp32 master with `fp8_param`), the BF16
     parameter otherwise. The one rule for the reference trainer and the CPU learner."""
-    if name in config.layout.fp8_megatron:
+    if is_fp8_gemm(config, name):
         return config.trainer_recipe.quantize_weight(master if config.trainer.fp8_param else master.to(torch.bfloat16))
     return master.to(torch.bfloat16)
 
@@ -43,7 +53,7 @@ def forward_weight(config: SyncConfig, step: int, name: str):
     """One Megatron tensor of the reference learner's forward at `step` (`te_forward_weight` of its master),
     memoized."""
     c = config
-    key = (c.model, c.seed, step, name) + ((c.trainer_recipe, c.trainer.fp8_param) if name in c.layout.fp8_megatron
+    key = (c.model, c.seed, step, name) + ((c.trainer_recipe, c.trainer.fp8_param) if is_fp8_gemm(c, name)
                                            else ("bf16",))
     return _FORWARD.get(key, lambda: te_forward_weight(c, name, megatron_masters(c.model, c.seed, step)[name]))
 
@@ -64,7 +74,7 @@ def forward_state(names, weight) -> dict[str, torch.Tensor]:
 def policy_weights(config: SyncConfig, hf) -> Weights:
     """The forward over a learner's HF-named export, as the probes read it: FP8 weights dequantized (when first
     read), TE's activation quantizer on every FP8 GEMM."""
-    return Weights(dequantized(config.recipe, hf, config.fp8_tensors), config.fp8_tensors,
+    return Weights(dequantized(config.recipe, hf, config.trainer_fp8_tensors), config.trainer_fp8_tensors,
                    act_quant(act_quant_kind(config), config.recipe))
 
 
@@ -108,18 +118,18 @@ class ReferenceTrainer:
         """Trainer snapshot in HF names: exactly the bytes the learner's forward uses, and the job's calibrated
         KV-cache scales where it has them (a fresh dict; the tensors are shared with a memo and must not be
         written in place)."""
-        return {**self.layout.megatron_to_hf(self.fp8_forward_weights()), **kv_calibration(self.config, self.step)}
+        return {**self.layout.megatron_to_hf(self.fp8_forward_weights(), with_scales=self.config.trainer_fp8), **kv_calibration(self.config, self.step)}
 
     def export_hf_at(self, step: int):
         """What `export_hf` returned at `step` (the reference is deterministic in the step), as a mapping that
         makes each tensor when read."""
         names = list(self.layout.megatron_shapes) + [scale_name(k) for k in self.layout.megatron_shapes
-                                                     if k in self.layout.fp8_megatron]
+                                                     if is_fp8_gemm(self.config, k)]
 
         def megatron(k):
             w = forward_weight(self.config, step, weight_of_scale(k) if is_scale_name(k) else k)
             return w if not isinstance(w, tuple) else (w[1] if is_scale_name(k) else w[0])
-        hf = self.layout.megatron_to_hf_lazy(LazyMap(names, megatron))
+        hf = self.layout.megatron_to_hf_lazy(LazyMap(names, megatron), with_scales=self.config.trainer_fp8)
         kv = kv_calibration(self.config, step)
         return {**dict(hf.items()), **kv} if kv else hf
 
