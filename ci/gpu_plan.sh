@@ -19,6 +19,9 @@
 #      started without engine_env)
 #  12  the pytest plugin on real vLLM (examples/user_project --fp8check-live: bucketed updates through vLLM's
 #      start / update / finish, Megatron-named syncs), then the live suite
+#  13  the 2026-12-02 session: online FP8 engines (vLLM quantization="fp8" / "fp8_per_block": installed bytes vs
+#      the CPU mirror, check_sync clean), TE delayed scaling vs its CPU mirror, then the user-engine tests
+#  14  the live path after the 2026-12-02 changes: `fp8check live` dense with every live fault, then the plugin
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -104,7 +107,9 @@ case $CALL in
   10) live_cli dense; phase user 200 ;;
   11) live_cli dense; phase user 240 ;;
   12) plugin_live; phase live 300 ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 12, got $CALL" >&2; exit 2 ;;
+  13) phase online 300; phase user 240 ;;
+  14) live_cli dense; plugin_live ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 14, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"

@@ -169,7 +169,7 @@ def test_the_cpu_engines_have_the_rl_methods():
     assert all(m.split(" ")[0] in ("trainer", "rollout") for m in missing_rl_surface("live"))
 
 
-RUNS = [("blockwise-fp32", a) for a in ARMS] + [("blockwise-pow2", "naive-fp8"), ("blockwise-pow2", "onpolicy-fp8")]
+RUNS = [("blockwise-fp32", a) for a in ARMS] + [("blockwise-pow2", "roundtrip-fp8"), ("blockwise-pow2", "onpolicy-fp8")]
 
 
 def _check_verdicts(runs):
@@ -184,7 +184,7 @@ def _check_verdicts(runs):
                 assert v[i] == "unknown", (recipe, a, i, v)
     # where naive's S2 fires: FP32 scales survive the BF16 round trip with every code intact (only the wire carries
     # BF16); power-of-two scales re-round codes in the engine
-    naive = {r: runs[(r, "naive-fp8")]["steps"] for r in ("blockwise-fp32", "blockwise-pow2")}
+    naive = {r: runs[(r, "roundtrip-fp8")]["steps"] for r in ("blockwise-fp32", "blockwise-pow2")}
     assert all("engine" not in s["sync"]["stages"]["S2"] and s["sync"]["stages"]["S2"]["wire"] > 0
                for s in naive["blockwise-fp32"])
     assert all(s["sync"]["stages"]["S2"].get("engine", 0) > 0 for s in naive["blockwise-pow2"])
@@ -198,13 +198,13 @@ def _dlogprob(runs, recipe, arm, step=None):
 def _check_ordering(runs):
     d = {a: _dlogprob(runs, "blockwise-fp32", a) for a in ARMS}
     assert d["bf16"] > 1e-3                                    # the serving-precision floor: BF16 activations
-    assert d["bf16"] < d["onpolicy-fp8"] and d["bf16"] < d["naive-fp8"] and d["bf16"] < d["calibrated-clip"], d
+    assert d["bf16"] < d["onpolicy-fp8"] and d["bf16"] < d["roundtrip-fp8"] and d["bf16"] < d["calibrated-clip"], d
     # first step: naive and on-policy hold the same masters, so the sync alone differs
     first = {(r, a): _dlogprob(runs, r, a, step=0) for r, a in RUNS}
-    assert first[("blockwise-pow2", "naive-fp8")] > first[("blockwise-pow2", "onpolicy-fp8")], first
+    assert first[("blockwise-pow2", "roundtrip-fp8")] > first[("blockwise-pow2", "onpolicy-fp8")], first
     # FP32 scales: the BF16 round trip re-quantizes to the same codes with scales an ulp away, so the two arms'
     # first-step mismatch agrees to well within 2 % (either way: naive better than on-policy is a failure too)
-    ratio = first[("blockwise-fp32", "naive-fp8")] / first[("blockwise-fp32", "onpolicy-fp8")]
+    ratio = first[("blockwise-fp32", "roundtrip-fp8")] / first[("blockwise-fp32", "onpolicy-fp8")]
     assert abs(ratio - 1) < 0.02, (ratio, first)
 
 
@@ -215,8 +215,8 @@ def _check_claims(runs):
     assert all(claims[f"sync-{a}"]["verdict"] == HOLDS for a in ARMS)
     assert claims["naive-over-onpolicy"]["verdict"] == "unknown"       # one seed: no interval, never a pass
     broken = [dict(s, sync={**s["sync"], "verdicts": {**s["sync"]["verdicts"], "S2": "pass"}})
-              if s["arm"] == "naive-fp8" else s for s in steps]
-    assert {c["id"]: c for c in evaluate(headers, broken)}["sync-naive-fp8"]["verdict"] == VIOLATED
+              if s["arm"] == "roundtrip-fp8" else s for s in steps]
+    assert {c["id"]: c for c in evaluate(headers, broken)}["sync-roundtrip-fp8"]["verdict"] == VIOLATED
 
 
 def test_a_few_grpo_steps_of_every_arm():
@@ -257,8 +257,9 @@ def test_the_command_writes_records_figures_and_report(tmp_path, capsys):
     summary = json.load(open(os.path.join(out, "summary.json")))
     verdicts = {c["id"]: c["verdict"] for c in summary["claims"]}
     assert verdicts == {"sync-bf16": "holds", "sync-onpolicy-fp8": "holds", "naive-over-onpolicy": "unknown",
-                        "onpolicy-over-bf16": "violated", "learning-bf16": "unknown",
-                        "learning-onpolicy-fp8": "unknown"}, verdicts
+                        "bf16-rollout-over-onpolicy": "unknown", "onpolicy-under-bf16-sampler": "unknown",
+                        "other-grid-over-onpolicy": "unknown", "onpolicy-over-bf16": "violated",
+                        "learning-bf16": "unknown", "learning-onpolicy-fp8": "unknown"}, verdicts
 
 
 @pytest.mark.parametrize("argv,needle", [

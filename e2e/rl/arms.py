@@ -1,33 +1,49 @@
-"""The arms of the comparison: one base config, four ways of running it.
+"""The arms of the comparison: one base config, several ways of running it -- the seeds' configurations
+(SkyRL's article, the MXFP8 paper 2610.34915, what verl / NeMo RL / TRL ship) beside on-policy FP8.
 
-  bf16            no FP8 anywhere: every linear of the model is in the exclusion set (the config's one list,
-                  `exclude`), so the learner's GEMMs are BF16, the wire carries BF16 and the engine's
-                  ignored_layers lists every linear. S2 / S3 / C1 then have nothing to check: UNKNOWN, never PASS.
-  naive-fp8       FP8 learner; each sync dequantizes its FP8 forward weights to BF16 and the engine quantizes
-                  them with its own scales (`run_sync(..., naive=True)`): the sampler runs a policy the learner
-                  never held.
-  onpolicy-fp8    FP8 learner; each sync installs its codes and scales as they are (the default sync).
-  calibrated-clip on-policy FP8 with the PPO clip bounds calibrated per batch (e2e/rl/clipping.py).
+  bf16               no FP8 anywhere: every linear of the model is in the exclusion set (the config's one list,
+                     `exclude`), so the learner's GEMMs are BF16, the wire carries BF16 and the engine's
+                     ignored_layers lists every linear. S2 / S3 / C1 then have nothing to check: UNKNOWN, never PASS.
+  naive-fp8          the seeds' naive run (SkyRL Figure 1): a TE FP8 learner with per-tensor delayed scaling
+                     (Megatron-Core `fp8_recipe="delayed"`: amax history 1, most recent, margin 0), a BF16 sync of
+                     the parameters, and an engine that quantizes them itself per tensor (vLLM `quantization="fp8"`:
+                     one scale per fused parameter, activations per token): two recipes, two policies.
+  roundtrip-fp8      FP8 learner; each sync dequantizes its FP8 forward weights to BF16 and the engine quantizes
+                     them again on the recipe's blocks (`run_sync(..., naive=True)`): the case byte checks see and
+                     log-probs barely do (with FP32 block scales it changes no code, only the wire).
+  bf16-fp8-rollout   a BF16 learner, an engine quantizing per tensor (TRL, SkyRL/FlashRL: vLLM online FP8).
+  bf16-block-rollout a BF16 learner, an engine quantizing 128x128 blocks (verl `rollout.quantization=fp8`,
+                     NeMo RL `precision: fp8`: vLLM `fp8_per_block`).
+  bf16-sampler       an FP8 learner whose sampler serves the BF16 parameters (the paper's higher-precision sampler).
+  other-grid         an FP8 learner (the recipe's 128x128 blocks) whose sampler quantizes per tensor: another grid.
+  onpolicy-fp8       FP8 learner; each sync installs its codes and scales as they are (the default sync).
+  calibrated-clip    on-policy FP8 with the PPO clip bounds calibrated per batch (e2e/rl/clipping.py).
 
 Each arm's verdict pattern is what it must show on every step: `holds` the invariants that must pass,
-`violates` those that must fail, `unknown` those with nothing to check.
+`violates` those that must fail, `unknown` those with nothing to check. Where the sampler is off the learner's
+policy by the arm's design, S2 / S3 / S4 fail (the engine's codes, scales and values are not the learner's) and
+the wire, dtype and exclusion checks hold (S1, S5, S6: the sync is what the config declares).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.config import SyncConfig
 from harness.models import LINEAR
 
 SYNC_IDS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7")
+OFF_POLICY = dict(holds=("S1", "S5", "S6", "S7"), violates=("S2", "S3", "S4"))
+BF16_LEARNER = dict(holds=("S1", "S5", "S6", "S7"), violates=("S2", "S4"), unknown=("S3", "C1"))
 
 
 @dataclass(frozen=True)
 class Arm:
     name: str
-    fp8: bool = True
-    naive: bool = False
+    fp8: bool = True                    # False: every linear excluded (BF16 end to end)
+    naive: bool = False                 # the round trip (run_sync(..., naive=True))
     calibrate: bool = False
+    trainer_precision: str = "fp8"      # TrainerConfig.precision: fp8 | fp8-delayed | bf16
+    engine_quantization: str = "checkpoint"     # RolloutConfig.quantization
     holds: tuple[str, ...] = SYNC_IDS
     violates: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
@@ -37,12 +53,23 @@ class Arm:
 ARMS = {a.name: a for a in (
     Arm("bf16", fp8=False, holds=("S1", "S4", "S5", "S6", "S7"), unknown=("S2", "S3"),
         description="no FP8 anywhere (every linear excluded)"),
-    Arm("naive-fp8", naive=True, holds=("S7",), violates=("S2",),
-        description="FP8 learner, BF16 sync, engine re-quantizes with its own scales"),
+    Arm("naive-fp8", trainer_precision="fp8-delayed", engine_quantization="online-per-tensor",
+        holds=OFF_POLICY["holds"], violates=OFF_POLICY["violates"], unknown=("C1",),
+        description="TE delayed-scaling learner, BF16 sync, engine quantizes per tensor (the seeds' naive)"),
+    Arm("roundtrip-fp8", naive=True, holds=("S7",), violates=("S2",),
+        description="FP8 learner, its FP8 dequantized to BF16, engine re-quantizes on the recipe's blocks"),
+    Arm("bf16-fp8-rollout", trainer_precision="bf16", engine_quantization="online-per-tensor", **BF16_LEARNER,
+        description="BF16 learner, engine quantizes per tensor (vLLM quantization='fp8')"),
+    Arm("bf16-block-rollout", trainer_precision="bf16", engine_quantization="online-per-block", **BF16_LEARNER,
+        description="BF16 learner, engine quantizes 128x128 blocks (verl, NeMo RL)"),
+    Arm("bf16-sampler", engine_quantization="none", **OFF_POLICY,
+        description="FP8 learner, BF16 sampler (the engine serves the BF16 parameters)"),
+    Arm("other-grid", engine_quantization="online-per-tensor", **OFF_POLICY,
+        description="FP8 learner on 128x128 blocks, sampler quantizes per tensor"),
     Arm("onpolicy-fp8", description="FP8 learner, codes + scales installed as-is"),
     Arm("calibrated-clip", calibrate=True, description="on-policy FP8, clip bounds calibrated on a BF16 shadow"),
 )}
-DEFAULT_ARMS = ("bf16", "naive-fp8", "onpolicy-fp8")
+DEFAULT_ARMS = ("bf16", "naive-fp8", "bf16-fp8-rollout", "bf16-sampler", "other-grid", "onpolicy-fp8")
 
 
 def all_linear_modules(spec) -> tuple[str, ...]:
@@ -52,6 +79,9 @@ def all_linear_modules(spec) -> tuple[str, ...]:
 
 def arm_config(arm: Arm, base: SyncConfig) -> SyncConfig:
     """The config the arm's engines are built from and its syncs are checked against."""
-    if arm.fp8:
+    if not arm.fp8:
+        return base.with_(exclude=tuple(dict.fromkeys(base.exclude + all_linear_modules(base.spec))))
+    if arm.trainer_precision == base.trainer.precision and arm.engine_quantization == base.rollout.quantization:
         return base
-    return base.with_(exclude=tuple(dict.fromkeys(base.exclude + all_linear_modules(base.spec))))
+    return base.with_(trainer=replace(base.trainer, precision=arm.trainer_precision),
+                      rollout=replace(base.rollout, quantization=arm.engine_quantization))

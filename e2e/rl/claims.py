@@ -5,8 +5,15 @@ seed, no finite value); `fp8check e2e` exits 1 when one is violated.
   sync-<arm>           every sync of every step and seed shows the arm's verdict pattern (e2e/rl/arms.py):
                        on-policy arms hold S1-S7; naive-fp8 violates S2; bf16 holds S1, S4-S7 with S2 / S3
                        unknown (no FP8 tensor to compare)
-  naive-over-onpolicy  naive-fp8's mean |dlogprob| is clearly above onpolicy-fp8's: the lower end of the 95%
-                       interval of their paired ratio is above `naive_over_onpolicy_min`
+  naive-over-onpolicy  the seeds' naive run's mean |dlogprob| is clearly above on-policy's (SkyRL Figure 1): the
+                       lower end of the 95% interval of their paired ratio is above `naive_over_onpolicy_min`
+  bf16-rollout-over-onpolicy  a BF16 learner with an engine that quantizes independently is above on-policy FP8
+                       (SkyRL Figure 4): lower end of the mean |dlogprob| ratio above `independent_over_onpolicy_min`
+  onpolicy-under-bf16-sampler  for an FP8 learner a sampler on its grid is more consistent than a BF16 sampler
+                       (the MXFP8 paper: train-rollout KL 16 % lower): upper end of the KL ratio on-policy /
+                       bf16-sampler below `onpolicy_under_bf16_sampler_max`
+  other-grid-over-onpolicy  a sampler on another grid is about 2x on-policy's KL from the first step (the paper,
+                       MoE): over the first `first_steps` steps, lower end of the KL ratio above `other_grid_min`
   onpolicy-over-bf16   onpolicy-fp8 stays within a small multiple of the bf16 floor: the upper end of the
                        interval of that ratio is below `onpolicy_over_bf16_max` (the SkyRL article: about 3x)
   learning-<arm>       the policy learns: mean reward over the last k steps minus the first k (k = steps / 3,
@@ -21,10 +28,29 @@ from .stats import finite, mean_interval, paired, series
 
 HOLDS, VIOLATED, UNKNOWN = "holds", "violated", "unknown"
 
+# why a claim can be violated at the comparison's tiny scale, printed beside it in the report when it is
+EXPLAINED = {
+    "onpolicy-over-bf16": "the bound is the SkyRL article's ~3x at 4-9B parameters with a margin; tiny-rl's BF16 "
+                          "floor (the BF16 sampler against the fp32 reference learner of a 2-layer, 256-wide model) is "
+                          "0.003, and FP8 noise relative to it is larger where a 128-wide block spans half a row",
+    "naive-over-onpolicy": "the naive run's mismatch is the delayed scale's staleness (one step) plus another grid; on "
+                           "tiny-rl the weights move little per step, so the stale scale saturates few codes",
+    "onpolicy-under-bf16-sampler": "the paper measured the ordering at 8-30B parameters with a quantized KV cache; "
+                                   "tiny-rl's KV cache is BF16 in every arm",
+}
+
 
 @dataclass(frozen=True)
 class Tolerances:
     naive_over_onpolicy_min: float = 1.5
+    independent_over_onpolicy_min: float = 1.0
+    onpolicy_under_bf16_sampler_max: float = 1.0
+    other_grid_min: float = 1.5
+    first_steps: int = 5              # "from the first step": the paper's other-grid comparison
+    # the mismatch ratios compare arms over the first `window_steps` RL steps, while their policies are comparable
+    # (paired: one start, one prompt stream); later every arm's entropy collapses (about 5x by step 50 on tiny-rl),
+    # which scales each arm's mismatch by its own trajectory, not by its sync
+    window_steps: int = 20
     onpolicy_over_bf16_max: float = 5.0
     min_reward_gain: float = 0.1
 
@@ -53,13 +79,18 @@ def sync_claim(arm: str, runs: list[dict], steps: list[dict]) -> dict:
                   syncs=len(syncs), deviations=len(bad))
 
 
-def ratio_claim(cid: str, steps: list[dict], a: str, b: str, bound: float, above: bool) -> dict:
+def ratio_claim(cid: str, steps: list[dict], a: str, b: str, bound: float, above: bool,
+                metric: str = "mean_abs_dlogprob", first: int | None = None) -> dict:
     rel = "lower end above" if above else "upper end below"
-    text = f"mean |dlogprob| {a} / {b}: 95% interval {rel} {bound:g}"
+    where = f" over the first {first} steps" if first else ""
+    name = "mean |dlogprob|" if metric == "mean_abs_dlogprob" else metric
+    text = f"{name} {a} / {b}{where}: 95% interval {rel} {bound:g}"
     arms = {r["arm"] for r in steps}
     if a not in arms or b not in arms:
         return _claim(cid, text, UNKNOWN, f"needs arms {a} and {b}")
-    p = paired(steps, "mean_abs_dlogprob", a, b, log=True)
+    if first:
+        steps = [r for r in steps if r["step"] < first]
+    p = paired(steps, metric, a, b, log=True)
     detail = f"ratio {p['mean']:.3g} [{p['low']:.3g}, {p['high']:.3g}] over {p['n']} seed(s); per seed " + \
         ", ".join(f"{v:.3g}" for v in p["per_seed"].values())
     edge = p["low"] if above else p["high"]
@@ -89,7 +120,19 @@ def learning_claim(arm: str, steps: list[dict], gain: float) -> dict:
 def evaluate(runs: list[dict], steps: list[dict], tol: Tolerances = Tolerances()) -> list[dict]:
     arms = list(dict.fromkeys(r["arm"] for r in runs))
     out = [sync_claim(a, runs, steps) for a in arms]
-    out.append(ratio_claim("naive-over-onpolicy", steps, "naive-fp8", "onpolicy-fp8", tol.naive_over_onpolicy_min, True))
-    out.append(ratio_claim("onpolicy-over-bf16", steps, "onpolicy-fp8", "bf16", tol.onpolicy_over_bf16_max, False))
+    w = tol.window_steps
+    out.append(ratio_claim("naive-over-onpolicy", steps, "naive-fp8", "onpolicy-fp8", tol.naive_over_onpolicy_min, True,
+                           first=w))
+    out.append(ratio_claim("bf16-rollout-over-onpolicy", steps, "bf16-fp8-rollout", "onpolicy-fp8",
+                           tol.independent_over_onpolicy_min, True, first=w))
+    out.append(ratio_claim("onpolicy-under-bf16-sampler", steps, "onpolicy-fp8", "bf16-sampler",
+                           tol.onpolicy_under_bf16_sampler_max, False, metric="kl", first=w))
+    out.append(ratio_claim("other-grid-over-onpolicy", steps, "other-grid", "onpolicy-fp8", tol.other_grid_min, True,
+                           metric="kl", first=tol.first_steps))
+    out.append(ratio_claim("onpolicy-over-bf16", steps, "onpolicy-fp8", "bf16", tol.onpolicy_over_bf16_max, False,
+                           first=w))
+    for c in out:
+        if c["verdict"] == VIOLATED and c["id"] in EXPLAINED:
+            c["explanation"] = EXPLAINED[c["id"]]
     out += [learning_claim(a, steps, tol.min_reward_gain) for a in arms]
     return out

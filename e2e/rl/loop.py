@@ -174,10 +174,10 @@ def _worker(args):
 
 
 def run_comparison(arms, seeds: int, steps: int, settings: LoopSettings = LoopSettings(), out: str | None = None,
-                   jobs: int | None = None, progress=None) -> dict:
-    """Every arm x seed (seeds 0..seeds-1), in `jobs` worker processes (default: one per CPU core, at most one
-    per run; 1 runs in this process). Writes steps.jsonl and runs.jsonl under `out` when given."""
-    tasks = [(a, s, steps, settings) for s in range(seeds) for a in arms]
+                   jobs: int | None = None, progress=None, seed_start: int = 0) -> dict:
+    """Every arm x seed (seeds seed_start..seed_start+seeds-1), in `jobs` worker processes (default: one per CPU
+    core, at most one per run; 1 runs in this process). Writes steps.jsonl and runs.jsonl under `out` when given."""
+    tasks = [(a, s, steps, settings) for s in range(seed_start, seed_start + seeds) for a in arms]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     results = []
     if jobs == 1:
@@ -201,11 +201,16 @@ def run_comparison(arms, seeds: int, steps: int, settings: LoopSettings = LoopSe
     runs = [r["run"] for r in results]
     steps_out = [rec for r in results for rec in r["steps"]]
     if out:
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "steps.jsonl"), "w") as f:
-            for rec in steps_out:
-                f.write(json.dumps(jsonable(rec), allow_nan=False) + "\n")
-        with open(os.path.join(out, "runs.jsonl"), "w") as f:
-            for r in runs:
-                f.write(json.dumps(jsonable(r), default=str, allow_nan=False) + "\n")
+        write_records(out, runs, steps_out)
     return {"runs": runs, "steps": steps_out}
+
+
+def write_records(out: str, runs: list[dict], steps: list[dict]):
+    """steps.jsonl (one record per arm, seed and step) and runs.jsonl (one per run), strict JSON."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "steps.jsonl"), "w") as f:
+        for rec in steps:
+            f.write(json.dumps(jsonable(rec), allow_nan=False) + "\n")
+    with open(os.path.join(out, "runs.jsonl"), "w") as f:
+        for r in runs:
+            f.write(json.dumps(jsonable(r), default=str, allow_nan=False) + "\n")

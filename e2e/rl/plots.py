@@ -11,10 +11,14 @@ from .arms import ARMS, SYNC_IDS
 from .metrics import METRICS
 from .stats import finite, paired, per_step_band, series
 
-COLORS = {"bf16": "#1f77b4", "naive-fp8": "#d62728", "onpolicy-fp8": "#2ca02c", "calibrated-clip": "#9467bd"}
+COLORS = {"bf16": "#1f77b4", "naive-fp8": "#d62728", "roundtrip-fp8": "#ff7f0e", "bf16-fp8-rollout": "#8c564b",
+          "bf16-block-rollout": "#e377c2", "bf16-sampler": "#17becf", "other-grid": "#bcbd22",
+          "onpolicy-fp8": "#2ca02c", "calibrated-clip": "#9467bd"}
 VERDICT_CODE = {"pass": 0, "unknown": 1, "fail": 2}
 # the paired comparisons plotted (and tabulated): arm a over arm b
-PAIRS = (("naive-fp8", "onpolicy-fp8"), ("onpolicy-fp8", "bf16"), ("calibrated-clip", "onpolicy-fp8"))
+PAIRS = (("naive-fp8", "onpolicy-fp8"), ("roundtrip-fp8", "onpolicy-fp8"), ("bf16-fp8-rollout", "onpolicy-fp8"),
+         ("bf16-block-rollout", "onpolicy-fp8"), ("bf16-sampler", "onpolicy-fp8"), ("other-grid", "onpolicy-fp8"),
+         ("onpolicy-fp8", "bf16"), ("calibrated-clip", "onpolicy-fp8"))
 
 
 class MissingMatplotlib(RuntimeError):

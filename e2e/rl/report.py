@@ -78,7 +78,7 @@ def build(runs: list[dict], steps: list[dict], claims: list[dict], meta: dict) -
                "pairs_first_step": [{kk: v for kk, v in p.items() if kk != "per_step"} for p in firsts],
                "verdicts": {a: verdict_counts(runs, steps, a) for a in arms},
                "s2_stages": {a: stage_counts(steps, a, "S2") for a in arms}}
-    doc = [("h1", "fp8check e2e: BF16 vs naive FP8 vs on-policy FP8 in a GRPO loop"),
+    doc = [("h1", "fp8check e2e: the seeds' FP8 configurations vs on-policy FP8 in a GRPO loop"),
            ("p", f"Command: `{meta.get('command', '')}`. Model {meta['settings']['model']}, recipe "
                  f"{meta['settings']['recipe']}, task {meta['settings']['task']} ({meta['settings']['length']} digits), "
                  f"{meta['steps']} RL steps after {meta['settings']['warmup_steps']} supervised warm-up steps, "
@@ -87,16 +87,22 @@ def build(runs: list[dict], steps: list[dict], claims: list[dict], meta: dict) -
                  f"Wall time {meta.get('wall_seconds', 0):.0f} s with {meta.get('jobs')} worker process(es)."),
            ("p", FLOOR_LIVE if meta["settings"]["engines"] == "live" else FLOOR),
            ("h2", "Claims (tolerances fixed before the run)"),
-           ("table", ["claim", "verdict", "detail"], [[c["claim"], c["verdict"], c["detail"]] for c in claims]),
+           ("table", ["claim", "verdict", "detail"],
+            [[c["claim"], c["verdict"], c["detail"] + (f"; why: {c['explanation']}" if c.get("explanation") else "")]
+             for c in claims]),
+           ("h2", "Arms"),
+           ("table", ["arm", "configuration"], [[a, ARMS[a].description] for a in arms]),
+           ("h2", "Published numbers beside these (other models, tasks and scales: orderings compare, magnitudes do not)"),
+           ("table", ["source", "configuration", "figure"], [list(r) for r in PUBLISHED]),
            ("h2", "Figures")]
     for title, rel in meta.get("figures", []):
         doc.append(("img", title, rel))
     doc += [("h2", "Paired comparisons of mean |dlogprob| (seeds independent, steps paired)"),
             ("p", "Within a seed the arms start from the same masters and see the same prompts and sampling noise, "
                   "but their policies drift apart as they train, and the mismatch shrinks with the policy's entropy: "
-                  "the whole-run ratio compares arms at different states. At the first RL step naive-fp8 and "
-                  "onpolicy-fp8 hold identical masters (the same FP8 warm-up), so that column compares the two syncs "
-                  "on one policy; bf16 warmed up in BF16 (a slightly different policy)."),
+                  "the whole-run ratio compares arms at different states. At the first RL step the FP8 arms hold "
+                  "masters warmed up the same way, so that column compares the syncs on nearly one policy (the "
+                  "delayed-scaling and BF16 learners warmed up on their own numerics); bf16 warmed up in BF16."),
             ("table", ["arms", "whole run: ratio [95% interval]", "per seed", "first step: ratio [95% interval]",
                        "per seed"],
              [[f"{p['a']} / {p['b']}", _ci(p), ", ".join(_fmt(v) for v in p["per_seed"].values()), _ci(f),
@@ -112,6 +118,20 @@ def build(runs: list[dict], steps: list[dict], claims: list[dict], meta: dict) -
             ("table", ["arm", "sync verdicts (the initial sync and the one after every step, all seeds)"],
              [[a, summary["verdicts"][a]] for a in arms])]
     return summary, doc
+
+
+# what the seeds and the stacks published (the issue's sources), quoted beside this run's figures
+PUBLISHED = (
+    ("SkyRL article, Fig. 1", "Qwen3.5-4B DAPO; TE delayed scaling + vLLM quantization='fp8' (naive-fp8)",
+     "unstable within 70 steps; mean importance ratio 0.75; clip ratio > 10x BF16"),
+    ("SkyRL article, Fig. 4", "Qwen3.5-9B, 400 steps; on-policy sync vs BF16 trainer + independent FP8 rollout",
+     "on-policy 0.02-0.03 mean |dlogprob| (~3x two BF16 passes); independent starts higher, > 0.05 by step 400"),
+    ("MXFP8 paper 2610.34915", "Qwen3-8B / 30B-A3B, verl, B200; FP8 learner, sampler on vs off its grid",
+     "train-rollout KL 11 % lower (half the linears on the grid), 16 % lower (all); other grid on MoE 2x from step 1"),
+    ("miles#2722", "DeepSeek-V4", "mean |dlogprob| 0.041 BF16 vs 0.067 FP8"),
+    ("verl#7519", "verl rollout.quantization=fp8", "probability difference ~0.015 quantized vs ~0.004 BF16"),
+    ("NeMo-RL#2744", "vllm_cfg.precision fp8", "gen_kl_error 0.0014-0.0031; 'broken refit' threshold 0.004"),
+)
 
 
 def to_markdown(doc) -> str:
