@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 def test_te_delayed_scaling_weight_bytes_equal_the_mirror(history, algo):
     import transformer_engine.pytorch as te
     from transformer_engine.common import recipe as te_recipe
-    autocast = getattr(te, "autocast", None)
+    fp8_autocast = getattr(te, "fp8_autocast", None)
     torch.manual_seed(0)
     lin = te.Linear(512, 1024, bias=False, params_dtype=torch.bfloat16).cuda()
     rec = te_recipe.DelayedScaling(margin=0, amax_history_len=history, amax_compute_algo=algo,
@@ -27,7 +27,7 @@ def test_te_delayed_scaling_weight_bytes_equal_the_mirror(history, algo):
     for step in range(6):
         w = lin.weight.detach().clone()
         x = torch.randn(64, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        ctx = autocast(enabled=True, recipe=rec) if autocast else te.fp8_autocast(enabled=True, fp8_recipe=rec)
+        ctx = fp8_autocast(enabled=True, fp8_recipe=rec) if fp8_autocast else te.autocast(enabled=True, recipe=rec)
         with ctx:
             y = lin(x, is_first_microbatch=True)
         ws = lin._fp8_workspaces["weight"]
