@@ -200,8 +200,37 @@ class SyncConfig:
 
     @cached_property
     def engine_fp8_tensors(self) -> frozenset[str]:
-        """HF weight names the engine holds as FP8 (the one exclusion set; none when it serves BF16)."""
-        return frozenset() if self.rollout.quantization == "none" else self.fp8_tensors
+        """HF weight names the engine holds as FP8: the one exclusion set for a checkpoint engine (its
+        quantization_config.ignored_layers); none when it serves BF16; for an online method every GEMM the model
+        builds with a quant config -- vLLM's `quantization="fp8"` / `"fp8_per_block"` on a BF16 checkpoint take no
+        ignored_layers (Fp8Config() defaults), so a router the learner keeps in BF16 is quantized there."""
+        q = self.rollout.quantization
+        if q == "none":
+            return frozenset()
+        if q.startswith("online-"):
+            out = {t.name for t in self.spec.tensors() if t.kind == LINEAR
+                   and not matches_any(t.module, self.spec.engine_high_precision)}
+            if q == "online-per-block":
+                out -= self._unblockable()
+            return frozenset(out)
+        return self.fp8_tensors
+
+    def _unblockable(self) -> set[str]:
+        """Checkpoint tensors whose fused engine parameter splits them inside a 128-row block (Qwen3.5's GDN b|a,
+        4 rows each at tiny shapes): vLLM says "ba_proj doesn't support blockwise fp8 quantization"
+        (layers/mamba/gdn/qwen_gdn_linear_attn.py:411); what its online per-block method then does is not
+        measured, so fp8check models them as BF16."""
+        from .layouts.pieces import LayoutError
+        from .layouts.vllm import vllm_pieces
+        bad_params, pieces = set(), []
+        for r in range(self.rollout.tp_size):
+            for p in vllm_pieces(self.spec, self.rollout.tp_size, r)[0]:
+                pieces.append(p)
+                try:
+                    p.scaled(*self.recipe.block_shape, p.src, p.dst)
+                except LayoutError:
+                    bad_params.add(p.dst)
+        return {p.src for p in pieces if p.dst in bad_params}      # every member of such a parameter
 
     @cached_property
     def engine_recipe(self) -> Recipe:
@@ -234,7 +263,10 @@ class SyncConfig:
 
     @cached_property
     def ignored_layers(self) -> tuple[str, ...]:
-        """vLLM `quantization_config.ignored_layers`: HF module names of GEMMs kept high precision."""
+        """vLLM `quantization_config.ignored_layers`: HF module names of GEMMs kept high precision (a checkpoint
+        engine's; an engine that quantizes online or serves BF16 is started with none)."""
+        if self.rollout.quantization != "checkpoint":
+            return ()
         return tuple(sorted(t.module for t in self.spec.tensors()
                             if t.kind == LINEAR and t.name not in self.fp8_tensors))
 

@@ -151,6 +151,11 @@ class EngineRecord:
         return from_data(cls, data, where)
 
 
+# TrainerRecord.engine of a reference snapshot that is not a learner's export but what an engine quantizing BF16
+# itself must hold (check_sync on an online engine): its FP8 set is the engine's, not the learner's
+ENGINE_RULE = "engine-rule"
+
+
 @dataclass
 class TrainerRecord:
     """What the learner reports beside its FP8 forward weights."""

@@ -13,7 +13,6 @@ if TYPE_CHECKING:     # torch and the numerics are imported in the checks that c
     import torch
 
 from harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
-
 from .base import FAIL, CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff, bits_equal, engine_position, unravel, value_diff
 
@@ -503,7 +502,9 @@ def s6_exclusion(ctx: CheckContext):
     from harness.sync.payload import ROLE_FP8, ROLE_HP
     out = []
     cfg = ctx.config
-    if ctx.trainer is not None:
+    from harness.record import ENGINE_RULE
+    if ctx.trainer is not None and getattr(ctx.trainer.meta, "engine", None) != ENGINE_RULE:
+        # (a reference made by an online engine's own rule holds the engine's FP8 set: nothing of the learner's)
         t_fp8 = {n for n in ctx.trainer.names() if not is_scale_name(n)
                  and ctx.trainer[n].element_size() == 1 and ctx.trainer[n].is_floating_point()}
         for n in sorted(t_fp8 - cfg.trainer_fp8_tensors):

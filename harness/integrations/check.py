@@ -127,7 +127,7 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     says their condition is absent (default: STATE_CHECKS, those that apply). on_fail: raise (SyncCheckFailed) |
     log | return."""
     from invariants import CheckContext
-    from ..record import TrainerRecord
+    from ..record import ENGINE_RULE, TrainerRecord
     from ..snapshot.model import Snapshot
     if on_fail not in ("raise", "log", "return"):
         raise ValueError(f"check_sync: on_fail must be raise, log or return, got {on_fail!r}")
@@ -135,7 +135,8 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     from ..sync.pipeline import payload_snapshot
     eng = _engine(engine, config)
     trainer_hf, wire = _expected(expected, config)
-    if config.rollout.quantization.startswith("online-") and wire is not None:
+    online = config.rollout.quantization.startswith("online-") and wire is not None
+    if online:
         # the engine quantizes what it was sent: what it must hold is vLLM's per-block rule over that
         from ..numerics.online import online_engine_state_hf
         trainer_hf = online_engine_state_hf(config, trainer_hf)
@@ -143,7 +144,8 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     record.version = version
     got = DigestFirst().capture(config, eng, trainer_hf, record)
     payload = None if wire is None else payload_snapshot(payload_from_items(config, wire, version or 0))
-    ctx = CheckContext(config, payload, Snapshot("trainer", trainer_hf, TrainerRecord("user", version)),
+    ref = TrainerRecord(ENGINE_RULE if online else "user", version)
+    ctx = CheckContext(config, payload, Snapshot("trainer", trainer_hf, ref),
                        Snapshot("rollout", got.tensors, record))
     findings = root_first(run_state_checks(ctx, ids))
     if any(f.verdict == "fail" for f in findings):

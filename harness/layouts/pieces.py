@@ -27,8 +27,11 @@ class Piece:
 
     def scaled(self, bn: int, bk: int, src_name: str, dst_name: str) -> "Piece":
         """The same piece in block units (for the scale grid), or LayoutError when a split is not aligned."""
+        # a piece starting at row 0 on both sides may end inside a block (a tensor smaller than one block, e.g. an
+        # 8-expert router): its scale rows are the ceiling; any piece after it starts unaligned and is refused
+        head = self.src_row == 0 and self.dst_row == 0
         for what, v, b in (("row offset", self.src_row, bn), ("row offset", self.dst_row, bn),
-                           ("row count", self.rows, bn), ("column offset", self.src_col, bk)):
+                           ("row count", 0 if head else self.rows, bn), ("column offset", self.src_col, bk)):
             if v % b:
                 raise LayoutError(f"{self.src} -> {self.dst}: {what} {v} is not a multiple of the block size {b}; "
                                   f"FP8 codes and block scales cannot be split here (pick dims divisible by {b})")
@@ -37,7 +40,7 @@ class Piece:
             if self.cols % bk:
                 raise LayoutError(f"{self.src} -> {self.dst}: column count {self.cols} is not a multiple of {bk}")
             cols = self.cols // bk
-        return Piece(src_name, dst_name, self.src_row // bn, self.dst_row // bn, self.rows // bn,
+        return Piece(src_name, dst_name, self.src_row // bn, self.dst_row // bn, -(-self.rows // bn),
                      self.src_col // bk, cols, self.dst_index, self.shard_id)
 
 
