@@ -87,7 +87,13 @@ class FP8CheckWorkerExtension:
                 if pre + w in ps and pre + w + "_scale" in ps:
                     p, sc = ps[pre + w], ps.pop(pre + w + "_scale")
                     if "MoE" not in kind and p.dim() == 2 and not p.is_meta:
-                        ps[pre + w] = _Oriented(p, p.data.t())
+                        # the CUTLASS kernel pads N and K to multiples of 16 (an 8-expert router is held as 16
+                        # rows): the model's rows and columns are the leading ones
+                        v = p.data.t()
+                        n, k = getattr(m, "output_size_per_partition", None), getattr(m, "input_size_per_partition", None)
+                        if isinstance(n, int) and isinstance(k, int) and tuple(v.shape) != (n, k):
+                            v = v[:n, :k]
+                        ps[pre + w] = _Oriented(p, v)
                     ps[pre + w + "_scale_inv"] = sc if sc.is_meta or sc.dim() != 1 or "MoE" not in kind \
                         else _Oriented(sc, sc.data.reshape(-1, 1))
         return ps
