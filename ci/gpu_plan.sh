@@ -56,7 +56,7 @@ scale_cli() {   # `fp8check live` at real shapes on the device path (ci/gpu_live
 e2e_live() {
   mkdir -p "$R/e2e"
   timeout "$(cap 520)" python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-12}" \
-    --arms bf16,naive-fp8,onpolicy-fp8 --seeds 1 --out "$R/e2e/run" > "$R/e2e/e2e.txt" 2>&1
+    --arms bf16,roundtrip-fp8,onpolicy-fp8 --seeds 1 --out "$R/e2e/run" > "$R/e2e/e2e.txt" 2>&1
   log "fp8check e2e --engine live: rc $? $(tail -2 "$R/e2e/e2e.txt" | tr '\n' ' ')"
 }
 live_rl() {     # the vocabulary-128 model: the probe prompts are folded into its vocabulary

@@ -20,7 +20,8 @@
   calibrated-clip    on-policy FP8 with the PPO clip bounds calibrated per batch (e2e/rl/clipping.py).
 
 Each arm's verdict pattern is what it must show on every step: `holds` the invariants that must pass,
-`violates` those that must fail, `unknown` those with nothing to check. Where the sampler is off the learner's
+`violates` those that must fail, `unknown` those with nothing to check, `may` those that pass or fail by the
+data (never unknown). Where the sampler is off the learner's
 policy by the arm's design, S2 / S3 / S4 fail (the engine's codes, scales and values are not the learner's) and
 the wire, dtype and exclusion checks hold (S1, S5, S6: the sync is what the config declares).
 """
@@ -47,14 +48,18 @@ class Arm:
     holds: tuple[str, ...] = SYNC_IDS
     violates: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
+    may: tuple[str, ...] = ()           # pass or fail by the data, never unknown (see naive-fp8)
     description: str = ""
 
 
 ARMS = {a.name: a for a in (
     Arm("bf16", fp8=False, holds=("S1", "S4", "S5", "S6", "S7"), unknown=("S2", "S3"),
         description="no FP8 anywhere (every linear excluded)"),
+    # the learner's delayed scale 448 / amax(previous weight) and the engine's amax(weight) / 448 agree whenever the
+    # weight's amax did not move in BF16 since the last step: then the engine's codes (and sometimes the scale bits)
+    # are the learner's, so S2 / S3 / S4 fail on most syncs, not on all (on tiny-rl S2 failed at 169 of 300)
     Arm("naive-fp8", trainer_precision="fp8-delayed", engine_quantization="online-per-tensor",
-        holds=OFF_POLICY["holds"], violates=OFF_POLICY["violates"], unknown=("C1",),
+        holds=OFF_POLICY["holds"], may=OFF_POLICY["violates"], unknown=("C1",),
         description="TE delayed-scaling learner, BF16 sync, engine quantizes per tensor (the seeds' naive)"),
     Arm("roundtrip-fp8", naive=True, holds=("S7",), violates=("S2",),
         description="FP8 learner, its FP8 dequantized to BF16, engine re-quantizes on the recipe's blocks"),

@@ -33,8 +33,10 @@ EXPLAINED = {
     "onpolicy-over-bf16": "the bound is the SkyRL article's ~3x at 4-9B parameters with a margin; tiny-rl's BF16 "
                           "floor (the BF16 sampler against the fp32 reference learner of a 2-layer, 256-wide model) is "
                           "0.003, and FP8 noise relative to it is larger where a 128-wide block spans half a row",
-    "naive-over-onpolicy": "the naive run's mismatch is the delayed scale's staleness (one step) plus another grid; on "
-                           "tiny-rl the weights move little per step, so the stale scale saturates few codes",
+    "naive-over-onpolicy": "the seeds' collapse was at 4B parameters over 70 steps; on tiny-rl a weight's BF16 amax "
+                           "often does not move in a step, and then the delayed scale equals the engine's and the "
+                           "engine's codes are the learner's (the sync claim of naive-fp8 counts the syncs where S2 "
+                           "failed): its mismatch is above on-policy's, not clearly 1.5x",
     "onpolicy-under-bf16-sampler": "the paper measured the ordering at 8-30B parameters with a quantized KV cache; "
                                    "tiny-rl's KV cache is BF16 in every arm",
 }
@@ -66,13 +68,17 @@ def sync_claim(arm: str, runs: list[dict], steps: list[dict]) -> dict:
     a = ARMS[arm]
     syncs = [(f"seed {r['seed']} initial", r["initial_sync"]["verdicts"]) for r in runs if r["arm"] == arm]
     syncs += [(f"seed {r['seed']} step {r['step']}", r["sync"]["verdicts"]) for r in steps if r["arm"] == arm]
-    want = {**{i: "pass" for i in a.holds}, **{i: "fail" for i in a.violates}, **{i: "unknown" for i in a.unknown}}
-    text = ", ".join(f"{'/'.join(i for i in SYNC_IDS if want.get(i) == v)} {v}"
-                     for v in ("pass", "fail", "unknown") if any(w == v for w in want.values()))
+    want = {**{i: ("pass",) for i in a.holds}, **{i: ("fail",) for i in a.violates},
+            **{i: ("unknown",) for i in a.unknown}, **{i: ("pass", "fail") for i in a.may}}
+    label = {("pass",): "pass", ("fail",): "fail", ("unknown",): "unknown", ("pass", "fail"): "pass or fail"}
+    text = ", ".join(f"{'/'.join(i for i in sorted(want) if want[i] == w)} {label[w]}"
+                     for w in label if any(x == w for x in want.values()))
     if not syncs:
         return _claim(f"sync-{arm}", f"{arm}: every sync shows {text}", UNKNOWN, "arm not run")
-    bad = [(where, i, v.get(i)) for where, v in syncs for i, w in want.items() if v.get(i) != w]
+    bad = [(where, i, v.get(i)) for where, v in syncs for i, w in want.items() if v.get(i) not in w]
     detail = f"{len(syncs) - len({b[0] for b in bad})} of {len(syncs)} syncs as expected"
+    for i in a.may:
+        detail += f"; {i} failed at {sum(1 for _, v in syncs if v.get(i) == 'fail')} of {len(syncs)}"
     if bad:
         detail += "; first deviations: " + "; ".join(f"{w}: {i} {v}" for w, i, v in bad[:4])
     return _claim(f"sync-{arm}", f"{arm}: every sync shows {text}", VIOLATED if bad else HOLDS, detail,
