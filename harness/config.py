@@ -171,7 +171,8 @@ class SyncConfig:
     @property
     def engine_quantizes(self) -> bool:
         """The engine quantizes the BF16 it receives itself (the round trip's requantization, an online method)."""
-        return self.sync_mode == "naive" or self.rollout.quantization.startswith("online-")
+        q = self.rollout.quantization
+        return q.startswith("online-") or (self.sync_mode == "naive" and q == "checkpoint")
 
     @property
     def trainer_fp8(self) -> bool:

@@ -194,8 +194,9 @@ def c8_lora(ctx: CheckContext):
                " format than the trainer. Pair power-of-two scales with E8M0 on, FP32 scales with it off.")
 def c9_activations(ctx: CheckContext):
     cfg = ctx.config
-    if cfg.recipe.granularity != "block":
-        return []
+    if cfg.recipe.granularity != "block" or cfg.trainer_recipe.granularity != "block" or not cfg.trainer_fp8 \
+            or cfg.engine_recipe.granularity != "block" or not cfg.engine_fp8_tensors:
+        return []          # both sides must quantize activations on blocks for their scale formats to pair
     trainer_pow2 = cfg.trainer_recipe.scale_format == "pow2"
     engine_pow2 = cfg.requant_ue8m0
     if trainer_pow2 != engine_pow2:

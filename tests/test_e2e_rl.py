@@ -308,3 +308,19 @@ def test_a_split_run_merges_into_one_report(tmp_path, capsys):
     assert main(["e2e", "--merge", a, a, "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
     assert "arm bf16 seed 0 is also in" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("arm", [a for a in ARMS if ARMS[a].job], ids=str)
+def test_preflight_flags_each_arms_job_config(arm, tmp_path, capsys):
+    """Each arm's configuration as the RL stack writes it (e2e/rl/arms.py JOBS): `fp8check preflight` trips the
+    rules the arm declares, and on-policy FP8 trips no error."""
+    import yaml
+    from e2e.rl.arms import job_config
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(job_config(ARMS[arm])))
+    main(["preflight", str(f), "--gpu", "sm90", "--json"])
+    lines = json.loads(capsys.readouterr().out)["lines"]
+    flagged = {x["rule"] for x in lines if x["level"] in ("error", "warning")}
+    assert set(ARMS[arm].preflight) <= flagged, (arm, sorted(flagged))
+    if not ARMS[arm].preflight:
+        assert not [x for x in lines if x["level"] == "error"], lines

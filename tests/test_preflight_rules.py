@@ -68,6 +68,7 @@ TABLE = {
     "K12": (case(SKB, env=SKB_ENV, gpu="sm100"), case(env=SKB_ENV, gpu="sm100")),
     "K20": (case(NE), case(NE, sets=["policy.make_sequence_length_divisible_by=${mul:2,2}"])),
     "K21": (case(), case(sets=[T + "fp8_recipe=null"])),
+    "K22": (case(), case(sets=[IE + "fp8_weight_sync_mode=null", IE + "engine_init_kwargs.quantization=null"])),
     "M1": (case(), case(sets=["trainer.policy.model.path=some-org/Unknown-Model-7B"])),
     "M2": (case(), case(sets=["trainer.policy.model.path=tiny-hybrid", EIK + "kv_cache_dtype=fp8"])),
     # -- SkyRL -----------------------------------------------------------------------------------------------------

@@ -49,6 +49,9 @@ class Arm:
     violates: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
     may: tuple[str, ...] = ()           # pass or fail by the data, never unknown (see naive-fp8)
+    # the RL job that runs this configuration (`job_config`) and the pre-flight rules it must trip there
+    job: str | None = None
+    preflight: tuple[str, ...] = ()
     description: str = ""
 
 
@@ -60,21 +63,55 @@ ARMS = {a.name: a for a in (
     # are the learner's, so S2 / S3 / S4 fail on most syncs, not on all (on tiny-rl S2 failed at 169 of 300)
     Arm("naive-fp8", trainer_precision="fp8-delayed", engine_quantization="online-per-tensor",
         holds=OFF_POLICY["holds"], may=OFF_POLICY["violates"], unknown=("C1",),
+        job="skyrl-delayed-bf16-sync", preflight=("K5", "K21"),
         description="TE delayed-scaling learner, BF16 sync, engine quantizes per tensor (the seeds' naive)"),
     Arm("roundtrip-fp8", naive=True, holds=("S7",), violates=("S2",),
         description="FP8 learner, its FP8 dequantized to BF16, engine re-quantizes on the recipe's blocks"),
     Arm("bf16-fp8-rollout", trainer_precision="bf16", engine_quantization="online-per-tensor", **BF16_LEARNER,
+        job="skyrl-bf16-fp8-rollout", preflight=("K6",),
         description="BF16 learner, engine quantizes per tensor (vLLM quantization='fp8')"),
     Arm("bf16-block-rollout", trainer_precision="bf16", engine_quantization="online-per-block", **BF16_LEARNER,
+        job="verl-fp8-rollout", preflight=("K6",),
         description="BF16 learner, engine quantizes 128x128 blocks (verl, NeMo RL)"),
-    Arm("bf16-sampler", engine_quantization="none", **OFF_POLICY,
+    Arm("bf16-sampler", engine_quantization="none", **OFF_POLICY, job="skyrl-bf16-rollout", preflight=("K22",),
         description="FP8 learner, BF16 sampler (the engine serves the BF16 parameters)"),
-    Arm("other-grid", engine_quantization="online-per-tensor", **OFF_POLICY,
+    Arm("other-grid", engine_quantization="online-per-tensor", **OFF_POLICY, job="skyrl-bf16-sync",
+        preflight=("K5",),
         description="FP8 learner on 128x128 blocks, sampler quantizes per tensor"),
-    Arm("onpolicy-fp8", description="FP8 learner, codes + scales installed as-is"),
+    Arm("onpolicy-fp8", job="skyrl-onpolicy", description="FP8 learner, codes + scales installed as-is"),
     Arm("calibrated-clip", calibrate=True, description="on-policy FP8, clip bounds calibrated on a BF16 shadow"),
 )}
 DEFAULT_ARMS = ("bf16", "naive-fp8", "bf16-fp8-rollout", "bf16-sampler", "other-grid", "onpolicy-fp8")
+
+
+def _skyrl(recipe="blockwise", fp8=True, quantization="fp8", sync="blockwise") -> dict:
+    tck = {"fp8": "e4m3", "fp8_recipe": recipe} if fp8 else {}
+    ie = {"tensor_parallel_size": 1, "engine_init_kwargs": {"quantization": quantization} if quantization else {}}
+    if sync:
+        ie["fp8_weight_sync_mode"] = sync
+    return {"trainer": {"strategy": "megatron", "policy": {"model": {"path": "tiny-rl"}, "megatron_config": {
+        "tensor_model_parallel_size": 1, "transformer_config_kwargs": tck}}},
+        "generator": {"inference_engine": ie}}
+
+
+# each arm's configuration as the RL stacks write it (SkyRL; verl for the 128x128 BF16-learner rollout), for
+# `fp8check preflight`: the arms declare the rules it must trip (tests/test_e2e_rl.py runs them)
+JOBS = {
+    "skyrl-onpolicy": _skyrl(),
+    "skyrl-delayed-bf16-sync": _skyrl(recipe="delayed", sync=None),
+    "skyrl-bf16-sync": _skyrl(sync=None),
+    "skyrl-bf16-fp8-rollout": _skyrl(fp8=False, sync=None),
+    "skyrl-bf16-rollout": _skyrl(quantization=None, sync=None),
+    "verl-fp8-rollout": {"actor_rollout_ref": {"model": {"path": "tiny-rl"}, "actor": {"strategy": "megatron"},
+                                               "rollout": {"name": "vllm", "quantization": "fp8"}},
+                         "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"VLLM_USE_DEEP_GEMM_E8M0": "0"}}}}},
+}
+
+
+def job_config(arm: Arm) -> dict | None:
+    """The RL job (a mapping as its YAML file holds it) that runs the arm's configuration, or None."""
+    import copy
+    return copy.deepcopy(JOBS[arm.job]) if arm.job else None
 
 
 def all_linear_modules(spec) -> tuple[str, ...]:

@@ -344,14 +344,25 @@ def _sync_config(r: stacks.Reader, model_name: str) -> SyncConfig:
     seed = flat.get("fp8check.seed") or 0
     if seed < 0:
         raise ConfigError(f"{source}: fp8check.seed must be >= 0, got {seed}")
+    # how the engine gets FP8: an FP8 learner's engine that is not FP8 at all is a BF16 sampler; SkyRL without an
+    # FP8 weight sync hands vLLM (quantization=fp8 on a BF16 checkpoint) BF16 to quantize online, per tensor
+    quantization = "checkpoint"
+    if fp8_trainer and not fmt:
+        quantization = "none"
+    elif job.stack == "skyrl" and fmt and f["sync"].value == "naive":
+        quantization = "online-per-tensor"
+    precision = "fp8"
+    if quantization != "checkpoint":      # (a checkpoint engine installs FP8 bytes: some sender made them)
+        precision = ("fp8-delayed" if f["recipe"].value == "delayed" else "fp8") if fp8_trainer else "bf16"
     try:
         return SyncConfig(
             model=model_name, recipe=recipe, sync_mode=f["sync"].value, exclude=tuple(exclude),
             default_exclude=default_exclude,
             trainer=TrainerConfig(tp_size=f["trainer_tp"].value, cp_size=f["trainer_cp"].value,
-                                  fp8_param=bool(f["fp8_param"].value),
+                                  fp8_param=bool(f["fp8_param"].value), precision=precision,
                                   scale_format=trainer_scales if scale_applies else None),
             rollout=RolloutConfig(tp_size=f["rollout_tp"].value, use_deep_gemm=vllm_engine and dg.value == "1",
+                                  quantization=quantization,
                                   deep_gemm_e8m0=e8.value == "1",
                                   moe_backend="deep_gemm" if moe_dg == "1" else "triton",
                                   weight_block_size=tuple(bs) if bs is not None else None),

@@ -135,6 +135,25 @@ def k6_bf16_learner(ctx: CheckContext):
     return []
 
 
+@invariant("K22", "job", "an FP8 learner's BF16 sampler is off its grid",
+           "an FP8 learner whose rollout engine serves BF16 samples another policy than the one it trains (a warning "
+           "naming the mismatch to expect; an FP8 sync keeps the sampler on the learner's grid)",
+           needs=NEEDS, live=False, severity="warning",
+           source=f"{OWN}; the MXFP8 paper 2610.34915 (a sampler on the learner's grid: train-rollout KL 11-16 % "
+                  "lower than a BF16 sampler's; fp8check e2e arm bf16-sampler)",
+           why="A BF16 sampler is higher precision, not closer: the learner's forward runs FP8 codes, the sampler the "
+               "BF16 parameters, so every token's log-prob differs by the learner's quantization error. Sync the "
+               "learner's FP8 into an FP8 engine (SkyRL fp8_weight_sync_mode), or expect that mismatch.")
+def k22_bf16_sampler(ctx: CheckContext):
+    j = ctx.job
+    if j.get("fp8_training") and not j.fact("rollout_format").value:
+        key = j.fact("rollout_format").key or "the rollout's quantization (unset)"
+        return [finding("K22", key, None, "FP8 training with a BF16 rollout engine: the sampler is off the "
+                        "learner's FP8 grid (expect the mismatch of the e2e arm bf16-sampler)",
+                        "serve the learner's FP8: an FP8 rollout with an FP8 weight sync")]
+    return []
+
+
 @invariant("K9", "job", "the reference model runs the learner's numerics",
            "the reference policy's fp8 / fp8_recipe / fp8_param equal the policy's (KL terms compare like with like)",
            needs=NEEDS, live=False, severity="warning", source=OWN,
@@ -190,7 +209,8 @@ def k20_unresolved(ctx: CheckContext):
 
 @invariant("K21", "job", "the trainer's recipe is one the FP8 sync carries",
            "FP8 training names fp8_recipe blockwise, mxfp8 or auto: Megatron-Core's default (delayed) and tensorwise / "
-           "custom are per-tensor recipes no stack's FP8 rollout serves and fp8check does not model",
+           "custom are per-tensor recipes no stack's FP8 rollout serves (fp8check models delayed scaling on CPU only: the "
+           "e2e arm naive-fp8)",
            needs=NEEDS, live=False,
            source="Megatron-Core megatron/core/transformer/transformer_config.py:573 (fp8_recipe defaults to "
                   "'delayed'); SkyRL and verl pass fp8 through without a recipe check",
