@@ -268,6 +268,8 @@ def test_the_command_writes_records_figures_and_report(tmp_path, capsys):
     (["--arms", "bf16,fp4"], "--arms fp4: unknown arm"),
     (["--steps", "0"], "--steps 0: must be >= 1"),
     (["--engine", "live"], "--engine live"),
+    (["--arms", "bf16-block-rollout", "--recipe", "blockwise-pow2"],
+     "--arms bf16-block-rollout with --recipe blockwise-pow2: rollout.quantization=online-per-block quantizes"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, needle):
     assert main(["e2e", "--out", str(tmp_path / "x"), *argv]) == 2

@@ -335,3 +335,45 @@ def test_an_online_engine_under_a_checkpoint_config_is_c10_naming_the_method(cls
     first = next(f for f in findings if f.verdict == "fail")
     assert (first.invariant_id, first.tensor) == ("C10", "method"), first
     assert f"'{method}'" in first.message and "'fp8-block'" in first.message
+
+
+def test_online_per_tensor_layers_are_read_in_checkpoint_orientation():
+    """vLLM's Fp8PerTensorOnline*Method layers as they hold their tensors: a linear's codes as the transpose of a
+    contiguous [N, K] tensor (the CUTLASS kernel's column-major B, an 8-row router padded to 16), one
+    `weight_scale` [1]; experts [E, N, K] with `weight_scale` [E]. The extension reads them as [N, K] codes (no
+    copy) and `weight_scale_inv` ([1]; [E, 1]), and leaves the engine's parameters as they were."""
+    from harness.engines.wire import decode
+    root, g = torch.nn.Module(), torch.Generator().manual_seed(0)
+
+    def fp8(*shape):
+        return (torch.randn(*shape, generator=g) * 20).to(torch.float8_e4m3fn)
+
+    lin = torch.nn.Module()
+    lin.quant_method = type("Fp8PerTensorOnlineLinearMethod", (QuantizeMethodBase,), {})()
+    codes = fp8(24, 32)                                          # [N, K]
+    lin.weight = torch.nn.Parameter(codes.t(), requires_grad=False)
+    lin.weight_scale = torch.nn.Parameter(torch.tensor([0.5]), requires_grad=False)
+    lin.output_size_per_partition, lin.input_size_per_partition = 24, 32
+    router = torch.nn.Module()
+    router.quant_method = type("Fp8PerTensorOnlineLinearMethod", (QuantizeMethodBase,), {})()
+    padded = fp8(16, 32)                                         # 8 rows padded to 16 by the kernel
+    router.weight = torch.nn.Parameter(padded.t(), requires_grad=False)
+    router.weight_scale = torch.nn.Parameter(torch.tensor([0.25]), requires_grad=False)
+    router.output_size_per_partition, router.input_size_per_partition = 8, 32
+    moe = torch.nn.Module()
+    moe.quant_method = type("Fp8PerTensorOnlineMoEMethod", (QuantizeMethodBase,), {})()
+    w13 = fp8(4, 16, 32)
+    moe.w13_weight = torch.nn.Parameter(w13, requires_grad=False)
+    moe.w13_weight_scale = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0, 4.0]), requires_grad=False)
+    root.add_module("qkv_proj", lin), root.add_module("gate", router), root.add_module("experts", moe)
+
+    class W(FP8CheckWorkerExtension):
+        def __init__(self):
+            self.model_runner = types.SimpleNamespace(get_model=lambda: root)
+    got = decode(W().fp8check_read())
+    assert torch.equal(got["qkv_proj.weight"].view(torch.uint8), codes.view(torch.uint8))
+    assert got["qkv_proj.weight_scale_inv"].tolist() == [0.5] and "qkv_proj.weight_scale" not in got
+    assert torch.equal(got["gate.weight"].view(torch.uint8), padded[:8].view(torch.uint8))
+    assert torch.equal(got["experts.w13_weight"].view(torch.uint8), w13.view(torch.uint8))
+    assert got["experts.w13_weight_scale_inv"].tolist() == [[1.0], [2.0], [3.0], [4.0]]
+    assert tuple(lin.weight.shape) == (32, 24) and tuple(moe.w13_weight_scale.shape) == (4,)   # untouched

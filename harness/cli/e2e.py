@@ -130,6 +130,13 @@ def run(args) -> int:
             raise UsageError(f"--engine live: arm(s) {', '.join(off)} need TE delayed scaling, a BF16 learner or an "
                              f"online-quantizing vLLM engine on the live engines, not built yet (CPU: --engine cpu); "
                              f"live arms: {', '.join(LIVE_ARMS)}")
+    from e2e.rl.arms import ARMS, arm_config
+    from ..config import ConfigError, recommended_config
+    for a in arms:                    # every arm's config is valid before any run starts (a worker would fail late)
+        try:
+            arm_config(ARMS[a], recommended_config(args.model, args.recipe))
+        except ConfigError as e:
+            raise UsageError(f"--arms {a} with --recipe {args.recipe}: {e}") from None
     prepare_out_dir(args.out)
     settings = LoopSettings(model=args.model, recipe=args.recipe, task=args.task, length=args.length,
                             prompts_per_step=args.prompts, group_size=args.group, temperature=args.temperature,
