@@ -98,7 +98,18 @@ class LayoutMap:
         return out
 
     # -- trainer (Megatron) -> wire (HF) -------------------------------------------------------------------
+    def _memo(self, key, make):
+        """Pieces are pure data derived from the map: built once per map (the fault matrix syncs hundreds of
+        times through one config), handed out as fresh lists."""
+        cache = self.__dict__.setdefault("_pieces_memo", {})
+        if key not in cache:
+            cache[key] = tuple(make())
+        return list(cache[key])
+
     def _trainer_scale_pieces(self) -> list[Piece]:
+        return self._memo(("trainer_scales",), self._make_trainer_scale_pieces)
+
+    def _make_trainer_scale_pieces(self) -> list[Piece]:
         if self.trainer_granularity == "tensor":
             return [Piece(scale_name(p.src), scale_name(p.dst), 0, 0, 1) for p in self.megatron
                     if p.src in self.fp8_megatron]
@@ -149,6 +160,9 @@ class LayoutMap:
 
     def vllm_load_pieces(self, rank: int = 0) -> list[Piece]:
         """Weight pieces plus scale pieces for one rank (what the engine's weight loaders follow)."""
+        return self._memo(("load", rank), lambda: self._make_load_pieces(rank))
+
+    def _make_load_pieces(self, rank: int) -> list[Piece]:
         if self.per_tensor_engine:
             return self.vllm[rank] + _tensor_scale_pieces(self.vllm[rank], set(self.engine_fp8_hf), rank)
         return self.vllm[rank] + _scale_pieces(self.vllm[rank], set(self.engine_fp8_hf), self.block_shape)
@@ -164,8 +178,9 @@ class LayoutMap:
 
     def rollout_pieces(self, with_scales: bool = True) -> list[Piece]:
         """Every rank's load pieces, destinations named per rank (`rank_name`), as a rollout snapshot keys them."""
-        return [replace(p, dst=rank_name(p.dst, r, self.tp)) for r in range(self.tp)
-                for p in (self.vllm_load_pieces(r) if with_scales else self.vllm[r])]
+        return self._memo(("rollout", with_scales), lambda: [
+            replace(p, dst=rank_name(p.dst, r, self.tp)) for r in range(self.tp)
+            for p in (self.vllm_load_pieces(r) if with_scales else self.vllm[r])])
 
     def vllm_to_hf(self, params, with_scales: bool = True, errors: dict[str, str] | None = None
                    ) -> dict[str, torch.Tensor]:
