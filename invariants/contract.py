@@ -185,18 +185,22 @@ def c8_lora(ctx: CheckContext):
     return []
 
 
+def _both_block_activations(cfg) -> bool:
+    """Both the learner and the engine quantize activations on blocks (the condition C9's pairing exists in)."""
+    return (cfg.recipe.granularity == "block" and cfg.trainer_recipe.granularity == "block" and cfg.trainer_fp8
+            and cfg.engine_recipe.granularity == "block" and bool(cfg.engine_fp8_tensors))
+
+
 @invariant("C9", "contract", "activation scale format agrees",
            "the engine quantizes activations with the trainer's scale format: power-of-two block scales pair with "
            "vLLM's DeepGEMM E8M0 path (UE8M0 activation scales), FP32 scales with it off", live=False,
            source="fp8check's own; vLLM 0.26 DeepGEMM E8M0 mode rounds activation scales to UE8M0 "
                   "(vllm/envs.py:1485-1487)",
            why="Identical weights still give other log-probs when the engine quantizes activations with another scale"
-               " format than the trainer. Pair power-of-two scales with E8M0 on, FP32 scales with it off.")
+               " format than the trainer. Pair power-of-two scales with E8M0 on, FP32 scales with it off.",
+           applies=lambda cfg: _both_block_activations(cfg))
 def c9_activations(ctx: CheckContext):
     cfg = ctx.config
-    if cfg.recipe.granularity != "block" or cfg.trainer_recipe.granularity != "block" or not cfg.trainer_fp8 \
-            or cfg.engine_recipe.granularity != "block" or not cfg.engine_fp8_tensors:
-        return []          # both sides must quantize activations on blocks for their scale formats to pair
     trainer_pow2 = cfg.trainer_recipe.scale_format == "pow2"
     engine_pow2 = cfg.requant_ue8m0
     if trainer_pow2 != engine_pow2:
