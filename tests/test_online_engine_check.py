@@ -12,31 +12,22 @@ from harness.engines.registry import make_engine
 from harness.integrations.check import check_sync
 from harness.numerics.online import online_engine_state_hf, per_block_cast_to_fp8
 
+from online_engines import bf16_masters, fails, online_config
+
 
 def _online(model="tiny-dense"):
-    base = recommended_config(model, "blockwise-fp32")
-    return replace(base, rollout=replace(base.rollout, quantization="online-per-block"))
+    return online_config("online-per-block", model)
 
-
-def _bf16_masters(cfg, step=1):
-    t = make_engine("trainer", "cpu-reference", cfg)
-    for _ in range(step):
-        t.optimizer_step()
-    return {n: x.bfloat16() for n, x in t.master_hf().items()}
-
-
-def _fails(findings):
-    return [f for f in findings if f.verdict == "fail"]
 
 
 @pytest.mark.parametrize("model", ["tiny-dense", "tiny-moe", "tiny-hybrid"])
 def test_a_correct_bf16_sync_into_an_online_engine_is_clean(model):
     cfg = _online(model)
-    sent = _bf16_masters(cfg)
+    sent = bf16_masters(cfg)
     eng = make_engine("rollout", "cpu-reference", cfg)
     eng.install([(n, t, 1) for n, t in sent.items()], 1)
     findings = check_sync(eng, sent, cfg, on_fail="return", version=1)
-    assert not _fails(findings), [(f.invariant_id, f.tensor, f.message) for f in _fails(findings)]
+    assert not fails(findings), [(f.invariant_id, f.tensor, f.message) for f in fails(findings)]
     assert {f.invariant_id for f in findings if f.verdict == "pass"} >= {"S1", "S2", "S3", "S4", "S5", "S6", "C10"}
 
 
@@ -44,7 +35,7 @@ def test_the_expected_state_is_the_fused_parameter_quantized_whole():
     """q|k|v quantized as one [3*512, 512] parameter, cut back: on tiny-dense the shards are whole blocks, so it
     equals quantizing each checkpoint tensor -- computed here directly from vLLM's rule."""
     cfg = _online()
-    sent = _bf16_masters(cfg)
+    sent = bf16_masters(cfg)
     hf = online_engine_state_hf(cfg, sent)
     s = "model.layers.0.self_attn."
     fused = torch.cat([sent[s + p + ".weight"] for p in ("q_proj", "k_proj", "v_proj")]).float()
@@ -56,17 +47,17 @@ def test_the_expected_state_is_the_fused_parameter_quantized_whole():
 
 def test_a_stale_tensor_in_the_sync_is_caught_by_name():
     cfg = _online()
-    sent, old = _bf16_masters(cfg, 2), _bf16_masters(cfg, 1)
+    sent, old = bf16_masters(cfg, 2), bf16_masters(cfg, 1)
     n = "model.layers.1.mlp.up_proj.weight"
     eng = make_engine("rollout", "cpu-reference", cfg)
     eng.install([(k, old[k] if k == n else t, 2) for k, t in sent.items()], 2)
-    fails = _fails(check_sync(eng, sent, cfg, on_fail="return", version=2))
-    assert {f.invariant_id for f in fails} >= {"S2", "S4"} and {f.tensor for f in fails if f.invariant_id == "S2"} == {n}
+    failed = fails(check_sync(eng, sent, cfg, on_fail="return", version=2))
+    assert {f.invariant_id for f in failed} >= {"S2", "S4"} and {f.tensor for f in failed if f.invariant_id == "S2"} == {n}
 
 
 def test_fp8_sent_into_an_online_engine_is_a_dtype_disagreement_on_the_wire():
     cfg = _online()
-    sent = _bf16_masters(cfg)
+    sent = bf16_masters(cfg)
     n = "model.layers.0.self_attn.o_proj.weight"
     q, s = cfg.recipe.quantize_weight(sent[n].float())
     wire = {**sent, n: q, n + "_scale_inv": s}
@@ -75,7 +66,7 @@ def test_fp8_sent_into_an_online_engine_is_a_dtype_disagreement_on_the_wire():
         eng.install([(k, t, 1) for k, t in wire.items()], 1)
     except Exception:  # noqa: BLE001 - the engine may refuse; it is judged as left
         pass
-    first = _fails(check_sync(eng, wire, cfg, on_fail="return", version=1))[0]
+    first = fails(check_sync(eng, wire, cfg, on_fail="return", version=1))[0]
     assert (first.invariant_id, first.tensor) == ("S5", n) and first.message.startswith("sent float8_e4m3fn")
 
 
@@ -91,12 +82,12 @@ def test_an_all_zero_block_follows_vllms_floor_not_tes_rule():
     """vLLM's per-block rule floors amax at 1e-4 (a zero block gets scale_inv 1e-4 / 448); TE's gives 1. A BF16
     weight with a zero block, synced correctly into an online engine, is clean."""
     cfg = _online()
-    sent = _bf16_masters(cfg)
+    sent = bf16_masters(cfg)
     n = "model.layers.0.mlp.down_proj.weight"
     sent[n] = sent[n].clone()
     sent[n][:128, :128] = 0
     eng = make_engine("rollout", "cpu-reference", cfg)
     eng.install([(k, t, 1) for k, t in sent.items()], 1)
     assert float(online_engine_state_hf(cfg, sent)[n + "_scale_inv"][0, 0]) == pytest.approx(1e-4 / 448)
-    fails = _fails(check_sync(eng, sent, cfg, on_fail="return", version=1))
-    assert not fails, [(f.invariant_id, f.tensor, f.message) for f in fails]
+    failed = fails(check_sync(eng, sent, cfg, on_fail="return", version=1))
+    assert not failed, [(f.invariant_id, f.tensor, f.message) for f in failed]

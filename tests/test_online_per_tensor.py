@@ -13,21 +13,12 @@ from harness.engines.registry import make_engine
 from harness.integrations.check import check_sync
 from harness.numerics.online import online_engine_state_hf, scaled_fp8_quant_per_tensor
 
+from online_engines import bf16_masters, fails, online_config
+
 
 def _cfg(model="tiny-dense", tp=1):
-    base = recommended_config(model, "blockwise-fp32")
-    return replace(base, rollout=replace(base.rollout, quantization="online-per-tensor", tp_size=tp))
+    return online_config("online-per-tensor", model, tp)
 
-
-def _sent(cfg, step=1):
-    t = make_engine("trainer", "cpu-reference", cfg)
-    for _ in range(step):
-        t.optimizer_step()
-    return {n: x.bfloat16() for n, x in t.master_hf().items()}
-
-
-def _fails(findings):
-    return [f for f in findings if f.verdict == "fail"]
 
 
 def _vllm_rule(x: torch.Tensor):
@@ -40,18 +31,18 @@ def _vllm_rule(x: torch.Tensor):
                                       ("tiny-moe", 2)])
 def test_a_correct_bf16_sync_into_a_per_tensor_engine_is_clean(model, tp):
     cfg = _cfg(model, tp)
-    sent = _sent(cfg)
+    sent = bf16_masters(cfg)
     eng = make_engine("rollout", "cpu-reference", cfg)
     eng.install([(n, t, 1) for n, t in sent.items()], 1)
     findings = check_sync(eng, sent, cfg, on_fail="return", version=1)
-    assert not _fails(findings), [(f.invariant_id, f.tensor, f.message) for f in _fails(findings)]
+    assert not fails(findings), [(f.invariant_id, f.tensor, f.message) for f in fails(findings)]
     assert {f.invariant_id for f in findings if f.verdict == "pass"} >= {"S1", "S2", "S3", "S4", "S5", "S6", "C10"}
     assert eng.record().act_quant == "vllm-per-token"
 
 
 def test_q_k_v_share_the_fused_parameters_one_scale():
     cfg = _cfg()
-    sent = _sent(cfg)
+    sent = bf16_masters(cfg)
     hf = online_engine_state_hf(cfg, sent)
     s = "model.layers.0.self_attn."
     fused = torch.cat([sent[s + p + ".weight"] for p in ("q_proj", "k_proj", "v_proj")])
@@ -67,7 +58,7 @@ def test_q_k_v_share_the_fused_parameters_one_scale():
 
 def test_each_routed_expert_has_its_own_scale_over_gate_and_up():
     cfg = _cfg("tiny-moe")
-    sent = _sent(cfg)
+    sent = bf16_masters(cfg)
     hf = online_engine_state_hf(cfg, sent)
     e = "model.layers.0.mlp.experts.3."
     _, sc = _vllm_rule(torch.cat([sent[e + "gate_proj.weight"], sent[e + "up_proj.weight"]]))
@@ -78,7 +69,7 @@ def test_each_routed_expert_has_its_own_scale_over_gate_and_up():
 
 def test_tensor_parallel_ranks_quantize_their_own_shards():
     cfg = _cfg(tp=2)
-    sent = _sent(cfg)
+    sent = bf16_masters(cfg)
     hf = online_engine_state_hf(cfg, sent)
     n = "model.layers.0.self_attn.o_proj.weight"               # row-parallel: split along K
     w = sent[n]
@@ -95,24 +86,24 @@ def test_an_all_zero_tensor_saturates_as_the_kernel_does():
 
 def test_a_stale_tensor_is_caught_by_name():
     cfg = _cfg()
-    sent, old = _sent(cfg, 2), _sent(cfg, 1)
+    sent, old = bf16_masters(cfg, 2), bf16_masters(cfg, 1)
     n = "model.layers.1.mlp.down_proj.weight"
     eng = make_engine("rollout", "cpu-reference", cfg)
     eng.install([(k, old[k] if k == n else t, 2) for k, t in sent.items()], 2)
-    fails = _fails(check_sync(eng, sent, cfg, on_fail="return", version=2))
-    assert {f.tensor for f in fails if f.invariant_id == "S2"} == {n}
-    assert {f.tensor for f in fails if f.invariant_id == "S3"} == {n + "_scale_inv"}
+    failed = fails(check_sync(eng, sent, cfg, on_fail="return", version=2))
+    assert {f.tensor for f in failed if f.invariant_id == "S2"} == {n}
+    assert {f.tensor for f in failed if f.invariant_id == "S3"} == {n + "_scale_inv"}
 
 
 def test_an_engine_quantizing_per_block_is_not_a_per_tensor_engine():
     """The same BF16 sync into an engine that quantizes 128x128 blocks, judged as the per-tensor config says:
     every FP8 tensor's scale is not what that rule makes (S3), so the disagreement cannot pass unseen."""
     cfg = _cfg()
-    sent = _sent(cfg)
+    sent = bf16_masters(cfg)
     other = replace(cfg, rollout=replace(cfg.rollout, quantization="online-per-block"))
     eng = make_engine("rollout", "cpu-reference", other)
     eng.install([(n, t, 1) for n, t in sent.items()], 1)
-    fired = {f.invariant_id for f in _fails(check_sync(eng, sent, cfg, on_fail="return", version=1))}
+    fired = {f.invariant_id for f in fails(check_sync(eng, sent, cfg, on_fail="return", version=1))}
     assert {"S3", "S4"} <= fired
 
 
