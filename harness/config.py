@@ -169,10 +169,14 @@ class SyncConfig:
         return self.sync_mode == "onpolicy" and self.rollout.quantization == "checkpoint"
 
     @property
+    def engine_online(self) -> bool:
+        """The engine runs one of vLLM's online methods: it is handed BF16 and quantizes it itself."""
+        return self.rollout.quantization.startswith("online-")
+
+    @property
     def engine_quantizes(self) -> bool:
         """The engine quantizes the BF16 it receives itself (the round trip's requantization, an online method)."""
-        q = self.rollout.quantization
-        return q.startswith("online-") or (self.sync_mode == "naive" and q == "checkpoint")
+        return self.engine_online or (self.sync_mode == "naive" and self.rollout.quantization == "checkpoint")
 
     @property
     def trainer_fp8(self) -> bool:
@@ -208,7 +212,7 @@ class SyncConfig:
         q = self.rollout.quantization
         if q == "none":
             return frozenset()
-        if q.startswith("online-"):
+        if self.engine_online:
             out = {t.name for t in self.spec.tensors() if t.kind == LINEAR
                    and not matches_any(t.module, self.spec.engine_high_precision)}
             if q == "online-per-block":

@@ -151,7 +151,7 @@ def floor_logprobs(ctx: CheckContext, prompts):
             # an engine given BF16: a perfect one holds the wire as sent (none) or its own rule over it (online)
             from harness.numerics.online import online_engine_state_hf
             sent = {n: ctx.payload[n] for n in ctx.payload.names()}
-            ideal = online_engine_state_hf(cfg, sent) if cfg.engine_quantizes else sent
+            ideal = online_engine_state_hf(cfg, sent) if cfg.engine_online else sent
         else:
             ideal = cfg.layout.vllm_to_hf(expected_engine_state(cfg, hf, post_load))
         vals = {n: cfg.engine_recipe.dequantize_weight(ideal[n], ideal[scale_name(n)])

@@ -135,9 +135,9 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     from ..sync.pipeline import payload_snapshot
     eng = _engine(engine, config)
     trainer_hf, wire = _expected(expected, config)
-    online = config.rollout.quantization.startswith("online-") and wire is not None
+    online = config.engine_online and wire is not None
     if online:
-        # the engine quantizes what it was sent: what it must hold is vLLM's per-block rule over that
+        # the engine quantizes what it was sent: what it must hold is its own online rule over that
         from ..numerics.online import online_engine_state_hf
         trainer_hf = online_engine_state_hf(config, trainer_hf)
     record = eng.record()

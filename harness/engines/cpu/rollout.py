@@ -186,7 +186,7 @@ class ReferenceRollout(ServingMirror):
             return frozenset()                               # started without quantization: BF16 throughout
         kinds = {t.module: t.kind for t in self.config.spec.tensors()}
         ignored = set(self.ignored_layers)
-        if self.config.rollout.quantization.startswith("online-"):     # no ignored_layers: what the method skips
+        if self.config.engine_online:                    # no ignored_layers: what the online method skips
             ignored |= {t.module for t in self.config.spec.tensors()
                         if t.kind == LINEAR and t.name not in self.config.engine_fp8_tensors}
         fp8 = set()
