@@ -18,7 +18,7 @@ Megatron-Core 0.19.2's `fp8_recipe="delayed"` is margin 0, amax_history_len 1, `
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -51,17 +51,19 @@ class DelayedState:
     """One quantizer slot's scale and amax history."""
     scale: torch.Tensor
     amax_history: torch.Tensor
-    casts: int = field(default=0)
+
+    def observe(self, x: torch.Tensor):
+        """What a cast records: amax(|x|) into history[0], as a running max until the next update."""
+        xf = x.detach().float()
+        amax = xf.abs().amax() if xf.numel() else torch.zeros(())
+        self.amax_history[0] = torch.maximum(self.amax_history[0], amax)
 
     def cast(self, x: torch.Tensor, fp8_dtype=E4M3, record: bool = True):
         """(codes like x, scale_inv [1]) with the current scale; records amax(|x|) into history[0] (record=False:
         the same codes without touching the state, for a read that must not change the learner)."""
-        xf = x.detach().float()
-        codes = cast_to_fp8(xf * self.scale, fp8_dtype)              # saturating, round to nearest even
+        codes = cast_to_fp8(x.detach().float() * self.scale, fp8_dtype)     # saturating, round to nearest even
         if record:
-            amax = xf.abs().amax() if xf.numel() else torch.zeros(())
-            self.amax_history[0] = torch.maximum(self.amax_history[0], amax)
-            self.casts += 1
+            self.observe(x)
         return codes, torch.reciprocal(self.scale.clone())
 
     def update(self, recipe: DelayedScaling, fp8_dtype=E4M3):

@@ -71,7 +71,7 @@ def act_quant(kind: str, recipe: Recipe) -> ActQuant | None:
     if kind in ("vllm", "vllm-ue8m0", "mxfp8"):
         return vllm_act_quant(recipe, ue8m0=kind == "vllm-ue8m0")
     if kind == "vllm-per-token":
-        return online_per_tensor_act_quant
+        return NamedActQuant(online_per_tensor_act_quant)
     if kind == "te-delayed":
         raise ValueError("Transformer Engine's delayed scaling quantizes activations with scales from its amax "
                          "history, which a snapshot does not carry (the engines' measured log-probs do: --probes)")
@@ -86,7 +86,16 @@ def online_per_tensor_act_quant(x: torch.Tensor, name: str) -> torch.Tensor:
     return per_tensor_activation_quant(x) if ".experts." in name else per_token_activation_quant(x)
 
 
-online_per_tensor_act_quant.named = True        # called with the GEMM's module name
+class NamedActQuant:
+    """An activation quantizer that needs the GEMM's module name: vLLM's online per-tensor method (per token for
+    linears, per tensor for experts), TE's delayed scaling (one state per module's input). `Weights.linear` calls
+    it as fn(x, name); every other quantizer as fn(x)."""
+
+    def __init__(self, fn: Callable[[torch.Tensor, str], torch.Tensor]):
+        self.fn = fn
+
+    def __call__(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return self.fn(x, name)
 
 
 @dataclass
@@ -97,8 +106,6 @@ class Weights:
     act_quant: ActQuant | None
     act_dtype: torch.dtype | None = None   # activations stored in this dtype (serving engines); None: fp32
     logit_scale: float = 1.0            # logits multiplied by this before the softmax (vLLM LogitsProcessor.scale)
-    # a stateful quantizer that needs the GEMM's module name (TE delayed scaling: one scale per module's input)
-    named_act_quant: Callable[[torch.Tensor, str], torch.Tensor] | None = None
 
     def act(self, x: torch.Tensor) -> torch.Tensor:
         """An activation as the engine stores it (rounded to `act_dtype`, computed on in fp32)."""
@@ -108,10 +115,8 @@ class Weights:
         w = _f32(self.tensors[name + ".weight"])
         shp = x.shape
         x2 = self.act(x.reshape(-1, shp[-1]))
-        if name + ".weight" in self.fp8 and self.named_act_quant is not None:
-            x2 = self.named_act_quant(x2, name)
-        elif name + ".weight" in self.fp8 and self.act_quant is not None:
-            x2 = self.act_quant(x2, name) if getattr(self.act_quant, "named", False) else self.act_quant(x2)
+        if name + ".weight" in self.fp8 and self.act_quant is not None:
+            x2 = self.act_quant(x2, name) if isinstance(self.act_quant, NamedActQuant) else self.act_quant(x2)
         return self.act((x2 @ w.t()).reshape(*shp[:-1], w.shape[0]))
 
 

@@ -23,7 +23,7 @@ import torch
 
 from ...config import SyncConfig
 from ...layouts import scale_name
-from ...numerics.forward import Weights, act_quant, logits, prompts_logprobs
+from ...numerics.forward import NamedActQuant, Weights, act_quant, logits, prompts_logprobs
 from ...record import TrainerRecord
 from .trainer import act_quant_kind, forward_state, is_fp8_gemm, megatron_masters, policy_weights, te_forward_weight
 
@@ -99,7 +99,7 @@ class CpuLearner:
         `version`."""
         seqs = batch["sequences"]
         for k, st in self.weight_states.items():      # the step's one cast of each weight records its amax
-            st.cast(self.masters[k].detach().to(torch.bfloat16), self.config.recipe.fp8_dtype)
+            st.observe(self.masters[k].detach().to(torch.bfloat16))
         lg = logits(self.config.spec, self.train_weights(record=True), seqs)[:, :-1]
         for st in list(self.weight_states.values()) + list(self.input_states.values()):
             st.update(self.delayed, self.config.recipe.fp8_dtype)     # the fp8_autocast exit
@@ -158,7 +158,7 @@ class CpuLearner:
             fwd[k] = straight_through(v, p)
         hf = self.layout.megatron_to_hf(fwd, with_scales=False)
         if self.delayed:
-            return Weights(hf, self.config.trainer_fp8_tensors, None, named_act_quant=self._input_quant(record))
+            return Weights(hf, self.config.trainer_fp8_tensors, NamedActQuant(self._input_quant(record)))
         quant = act_quant(act_quant_kind(self.config), self.config.recipe)
         return Weights(hf, self.config.trainer_fp8_tensors, straight_through_quantizer(quant))
 
@@ -180,8 +180,7 @@ class CpuLearner:
         if self.delayed:                       # the stateful input quantizer, read without recording
             with torch.no_grad():
                 w = self.train_weights()
-            return Weights({k: v.detach() for k, v in w.tensors.items()}, w.fp8, None,
-                           named_act_quant=self._input_quant(False))
+            return Weights({k: v.detach() for k, v in w.tensors.items()}, w.fp8, NamedActQuant(self._input_quant(False)))
         return policy_weights(self.config, self.export_hf())
 
     def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
