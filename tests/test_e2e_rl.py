@@ -326,3 +326,9 @@ def test_preflight_flags_each_arms_job_config(arm, tmp_path, capsys):
     assert set(ARMS[arm].preflight) <= flagged, (arm, sorted(flagged))
     if not ARMS[arm].preflight:
         assert not [x for x in lines if x["level"] == "error"], lines
+
+
+def test_the_live_engines_run_the_checkpoint_arms_only():
+    """`--engine live` refuses an arm the live adapters cannot build (TE delayed scaling, a BF16 learner, an online
+    vLLM engine): the set is read from the arms' own settings."""
+    assert {a for a in ARMS if ARMS[a].live} == {"bf16", "roundtrip-fp8", "onpolicy-fp8", "calibrated-clip"}

@@ -54,6 +54,13 @@ class Arm:
     preflight: tuple[str, ...] = ()
     description: str = ""
 
+    @property
+    def live(self) -> bool:
+        """fp8check's live engines (Megatron-Core/TE + a vLLM checkpoint engine) run it: an FP8 learner on its
+        recipe and a checkpoint engine (TE delayed scaling, a BF16 learner and online vLLM engines are not built
+        behind the live adapters)."""
+        return self.trainer_precision == "fp8" and self.engine_quantization == "checkpoint"
+
 
 ARMS = {a.name: a for a in (
     Arm("bf16", fp8=False, holds=("S1", "S4", "S5", "S6", "S7"), unknown=("S2", "S3"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .arms import ARMS, SYNC_IDS
+from .arms import ARMS
 from .stats import finite, mean_interval, paired, series
 
 HOLDS, VIOLATED, UNKNOWN = "holds", "violated", "unknown"
@@ -140,5 +140,6 @@ def evaluate(runs: list[dict], steps: list[dict], tol: Tolerances = Tolerances()
     for c in out:
         if c["verdict"] == VIOLATED and c["id"] in EXPLAINED:
             c["explanation"] = EXPLAINED[c["id"]]
+            c["detail"] += f"; why: {c['explanation']}"
     out += [learning_claim(a, steps, tol.min_reward_gain) for a in arms]
     return out

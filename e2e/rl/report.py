@@ -88,8 +88,7 @@ def build(runs: list[dict], steps: list[dict], claims: list[dict], meta: dict) -
            ("p", FLOOR_LIVE if meta["settings"]["engines"] == "live" else FLOOR),
            ("h2", "Claims (tolerances fixed before the run)"),
            ("table", ["claim", "verdict", "detail"],
-            [[c["claim"], c["verdict"], c["detail"] + (f"; why: {c['explanation']}" if c.get("explanation") else "")]
-             for c in claims]),
+            [[c["claim"], c["verdict"], c["detail"]] for c in claims]),
            ("h2", "Arms"),
            ("table", ["arm", "configuration"], [[a, ARMS[a].description] for a in arms]),
            ("h2", "Published numbers beside these (other models, tasks and scales: orderings compare, magnitudes do not)"),

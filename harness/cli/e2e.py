@@ -31,11 +31,6 @@ def _arms(text: str) -> list[str]:
     return arms
 
 
-# the arms fp8check's live engines run (Megatron-Core/TE + vLLM checkpoint engines); the others need TE delayed
-# scaling, a BF16 learner or an online-quantizing vLLM engine behind the live adapters, which are not built yet
-LIVE_ARMS = ("bf16", "roundtrip-fp8", "onpolicy-fp8", "calibrated-clip")
-
-
 def read_part(path: str) -> tuple[list, list]:
     """(runs, steps) of one earlier `fp8check e2e --out` directory."""
     from ..errors import UsageError
@@ -123,14 +118,14 @@ def run(args) -> int:
             raise UsageError(f"--engine live: the registered GPU engines lack {', '.join(missing)} (the RL methods "
                              f"e2e/rl/engines.py defines); implement them or use --engine cpu")
     if args.merge:
-        return _merge(args, Tolerances, evaluate, write_plots, write_report, prepare_out_dir)
+        return _merge(args)
+    from e2e.rl.arms import ARMS, arm_config
     if args.engine == "live":
-        off = [a for a in arms if a not in LIVE_ARMS]
+        off = [a for a in arms if not ARMS[a].live]
         if off:
             raise UsageError(f"--engine live: arm(s) {', '.join(off)} need TE delayed scaling, a BF16 learner or an "
                              f"online-quantizing vLLM engine on the live engines, not built yet (CPU: --engine cpu); "
-                             f"live arms: {', '.join(LIVE_ARMS)}")
-    from e2e.rl.arms import ARMS, arm_config
+                             f"live arms: {', '.join(a for a in ARMS if ARMS[a].live)}")
     from ..config import ConfigError, recommended_config
     for a in arms:                    # every arm's config is valid before any run starts (a worker would fail late)
         try:
@@ -163,13 +158,16 @@ def run(args) -> int:
     return _print(args, arms, claims, summary, meta)
 
 
-def _merge(args, Tolerances, evaluate, write_plots, write_report, prepare_out_dir) -> int:
+def _merge(args) -> int:
     """`--merge DIR ...`: one report from parts run separately (one arm or seed each, e.g. live runs that must each
     fit a 10-minute device call)."""
-    t0 = time.perf_counter()
+    from e2e.rl.claims import Tolerances, evaluate
+    from e2e.rl.loop import write_records
+    from e2e.rl.plots import write_plots
+    from e2e.rl.report import write_report
+    from ..snapshot import prepare_out_dir
     runs, steps, settings = merge_parts(args.merge)
     prepare_out_dir(args.out)
-    from e2e.rl.loop import write_records
     write_records(args.out, runs, steps)
     arms = list(dict.fromkeys(r["arm"] for r in runs))
     tol = Tolerances()
@@ -182,7 +180,6 @@ def _merge(args, Tolerances, evaluate, write_plots, write_report, prepare_out_di
     if not args.no_plots:
         meta["figures"] = write_plots(steps, args.out, tol.to_dict())
     summary = write_report(args.out, runs, steps, claims, meta)
-    meta["merge_seconds"] = round(time.perf_counter() - t0, 1)
     return _print(args, arms, claims, summary, meta)
 
 
@@ -196,8 +193,7 @@ def _print(args, arms, claims, summary, meta) -> int:
         for c in ("claim", "verdict", "detail"):
             t.add_column(c, overflow="fold")
         for c in claims:
-            t.add_row(c["claim"], f"[{CLAIM_STYLE[c['verdict']]}]{c['verdict']}[/]",
-                      c["detail"] + (f"; why: {c['explanation']}" if c.get("explanation") else ""))
+            t.add_row(c["claim"], f"[{CLAIM_STYLE[c['verdict']]}]{c['verdict']}[/]", c["detail"])
         con = console()
         con.print(t)
         con.print(f"{'FAILED: ' + ', '.join(summary['failed']) if summary['failed'] else 'OK'}; "

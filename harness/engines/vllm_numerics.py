@@ -8,14 +8,11 @@ declares and never import this module). GPU conformance proves both against the 
 * `declared_post_load`: that rule as the engine's declaration (EngineRecord.post_load).
 * `declared_act_quant`: how the engine's FP8 GEMMs quantize activations (per-token groups of 128 with
   s = max(amax, 1e-10) / 448, UE8M0-rounded on the DeepGEMM E8M0 path; MXFP8 on Blackwell).
-* `vllm_online_quant`: the engine quantizing BF16 on its own (naive sync): vLLM's `per_block_cast_to_fp8`
-  (harness.numerics.online, the one source of the online rules).
+
+The online rules (an engine quantizing the BF16 it is handed) are harness.numerics.online's `online_quantize`.
 """
 from __future__ import annotations
 
-import torch
-
-from ..numerics.online import online_quantize
 from ..layouts import rank_name
 from ..record import PostLoad
 
@@ -50,11 +47,3 @@ def declared_act_quant(config, ue8m0: bool | None = None) -> str:
     if config.recipe.granularity == "mxfp8":
         return "mxfp8"
     return "vllm-ue8m0" if (config.requant_ue8m0 if ue8m0 is None else ue8m0) else "vllm"
-
-
-
-def vllm_online_quant(w: torch.Tensor, recipe):
-    """The engine quantizing a BF16 weight on its own (the round trip, an online engine) on `recipe`'s grid:
-    vLLM's `per_block_cast_to_fp8` (use_ue8m0=False) on the fp32 values, its per-tensor `scaled_fp8_quant`, or
-    the OCP rule for MXFP8 (harness.numerics.online.online_quantize, the one source)."""
-    return online_quantize(w, recipe)

@@ -43,7 +43,8 @@ from ..protocol import EngineError
 from .serving import FORWARDS, ServingMirror
 from ..versions import served_versions, versions_meta
 from ...numerics.settings import config_settings
-from ..vllm_numerics import declared_act_quant, declared_post_load, vllm_online_quant
+from ...numerics.online import online_quantize
+from ..vllm_numerics import declared_act_quant, declared_post_load
 
 # The engine's start-up state is deterministic in its settings: the fault matrix builds hundreds of engines, so it
 # is memoized (copied in, never shared), within a byte budget; a real-shape state larger than it is rebuilt.
@@ -268,7 +269,7 @@ class ReferenceRollout(ServingMirror):
             wname = next(n for n in staged if not is_scale_name(n))
             sname = scale_name(wname)
             if self.online_quant and staged[wname].dtype == torch.bfloat16:
-                q, s = vllm_online_quant(staged[wname], self.recipe)
+                q, s = online_quantize(staged[wname], self.recipe)
                 staged[wname], staged[sname] = q, s.to(self.recipe.scale_dtype)
                 continue
             if rank_name(wname, rank, self.tp) in self.post_load.params:
@@ -432,7 +433,7 @@ class ReferenceRollout(ServingMirror):
         out = []
         for n, t, v in items:
             if n in self.config.fp8_tensors:
-                q, s = vllm_online_quant(t, self.recipe)
+                q, s = online_quantize(t, self.recipe)
                 out += [(n, q, v), (scale_name(n), s, v)]
             else:
                 out.append((n, t, v))
