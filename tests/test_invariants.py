@@ -111,3 +111,14 @@ def test_c10_with_nothing_read_is_unknown_and_a_mismatch_fails():
     assert c10(config_settings(cfg)) == [("pass", None)]
     assert c10({**config_settings(cfg), "kv_cache_dtype": "fp8_e4m3"}) == [("fail", "kv_cache_dtype")]
     assert c10({**config_settings(cfg), "weight_block_size": None}) == [("fail", "weight_block_size")]
+
+
+def test_a_capped_list_keeps_the_worst_verdict_it_elides():
+    """More findings than MAX_FINDINGS end in one summary: a list of UNKNOWNs stays UNKNOWN (nothing was found to
+    be wrong), one FAIL among the elided ones makes the summary a FAIL."""
+    from invariants.base import fail, unknown
+    from invariants.sync import MAX_FINDINGS, _cap
+    unknowns = [unknown("S3", "trainer snapshot lacks this scale", tensor=f"t{i}") for i in range(MAX_FINDINGS + 5)]
+    assert _cap("S3", unknowns)[-1].verdict == UNKNOWN and len(_cap("S3", unknowns)) == MAX_FINDINGS + 1
+    mixed = unknowns + [fail("S3", "t_last", "scale bits differ")]
+    assert _cap("S3", mixed)[-1].verdict == FAIL and "6 more violations" in _cap("S3", mixed)[-1].message

@@ -67,7 +67,7 @@ ARMS = {a.name: a for a in (
         description="no FP8 anywhere (every linear excluded)"),
     # the learner's delayed scale 448 / amax(previous weight) and the engine's amax(weight) / 448 agree whenever the
     # weight's amax did not move in BF16 since the last step: then the engine's codes (and sometimes the scale bits)
-    # are the learner's, so S2 / S3 / S4 fail on most syncs, not on all (on tiny-rl S2 failed at 169 of 300)
+    # are the learner's, so S2 / S3 / S4 fail on most syncs, not on all (the default run: S2 at 172 of 305)
     Arm("naive-fp8", trainer_precision="fp8-delayed", engine_quantization="online-per-tensor",
         holds=OFF_POLICY["holds"], may=OFF_POLICY["violates"], unknown=("C1",),
         job="skyrl-delayed-bf16-sync", preflight=("K5", "K21"),
