@@ -342,6 +342,12 @@ def test_bad_model_config_json(tmp_path, name, cfg):
     (["snapshot", "--set", "rollout.quantization=bogus", "--out", "{dir}/z"], "rollout.quantization: 'bogus'"),
     (["snapshot", "--recipe", "blockwise-pow2", "--set", "rollout.quantization=online-per-block", "--out", "{dir}/z"],
      "online-per-block quantizes 128x128 blocks with FP32 scales"),
+    (["snapshot", "--set", "trainer.precision=fp8-delayed", "--out", "{dir}/z"],
+     "fp8-delayed (per-tensor delayed scaling) has no on-policy checkpoint sync"),
+    (["e2e", "--arms", "bf16-block-rollout", "--recipe", "blockwise-pow2", "--out", "{dir}/e"],
+     "--arms bf16-block-rollout with --recipe blockwise-pow2"),
+    (["e2e", "--merge", "{dir}/no_part", "--out", "{dir}/m"], "no runs.jsonl"),
+    (["e2e", "--seed-start", "-1", "--out", "{dir}/e"], "--seed-start -1: must be >= 0"),
 ])
 def test_bad_command_lines(tmp_path, argv, needle):
     f = tmp_path / "afile"
