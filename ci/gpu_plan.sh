@@ -22,6 +22,11 @@
 #  13  the 2026-12-02 session: online FP8 engines (vLLM quantization="fp8" / "fp8_per_block": installed bytes vs
 #      the CPU mirror, check_sync clean), TE delayed scaling vs its CPU mirror, then the user-engine tests
 #  14  the live path after the 2026-12-02 changes: `fp8check live` dense with every live fault, then the plugin
+#  15  the 2026-12-02 (second) session: the live engines in the seeds' configurations (Megatron with TE delayed
+#      scaling and in BF16, fp8check's vLLM engine quantizing online or serving BF16), the plugin with one engine
+#      per configuration for the session, the user-engine tests
+#  16  `fp8check e2e --engine live`: the seeds' naive arm, on-policy and BF16, 1 seed x 30 steps each
+#  17  `fp8check live` dense with every live fault (the live path at this session's commit)
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -55,8 +60,9 @@ scale_cli() {   # `fp8check live` at real shapes on the device path (ci/gpu_live
 }
 e2e_live() {
   mkdir -p "$R/e2e"
-  timeout "$(cap 520)" python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-12}" \
-    --arms bf16,roundtrip-fp8,onpolicy-fp8 --seeds 1 --out "$R/e2e/run" > "$R/e2e/e2e.txt" 2>&1
+  timeout "$(cap 560)" python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-12}" \
+    --arms "${E2E_ARMS:-bf16,roundtrip-fp8,onpolicy-fp8}" --seeds "${E2E_SEEDS:-1}" --seed-start "${E2E_SEED_START:-0}" \
+    --no-plots --out "$R/e2e/run" > "$R/e2e/e2e.txt" 2>&1
   log "fp8check e2e --engine live: rc $? $(tail -2 "$R/e2e/e2e.txt" | tr '\n' ' ')"
 }
 live_rl() {     # the vocabulary-128 model: the probe prompts are folded into its vocabulary
@@ -109,7 +115,10 @@ case $CALL in
   12) plugin_live; phase live 300 ;;
   13) phase online 300; phase user 240 ;;
   14) live_cli dense; plugin_live ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 14, got $CALL" >&2; exit 2 ;;
+  15) phase precisions 260; plugin_live; phase user 200 ;;
+  16) E2E_STEPS=${E2E_STEPS:-30} E2E_ARMS=${E2E_ARMS:-naive-fp8,onpolicy-fp8,bf16} e2e_live ;;
+  17) live_cli dense ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 17, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"

@@ -328,7 +328,26 @@ def test_preflight_flags_each_arms_job_config(arm, tmp_path, capsys):
         assert not [x for x in lines if x["level"] == "error"], lines
 
 
-def test_the_live_engines_run_the_checkpoint_arms_only():
-    """`--engine live` refuses an arm the live adapters cannot build (TE delayed scaling, a BF16 learner, an online
-    vLLM engine): the set is read from the arms' own settings."""
-    assert {a for a in ARMS if ARMS[a].live} == {"bf16", "roundtrip-fp8", "onpolicy-fp8", "calibrated-clip"}
+def test_every_arm_runs_on_both_engine_sets_and_an_engine_that_cannot_is_named(monkeypatch):
+    """Each engine declares what it runs (`precisions`, `quantizations`); `--engine live` and `cpu` run every arm,
+    and an engine set that lacks a setting refuses the arm in one line naming the engine and the setting."""
+    from dataclasses import replace
+
+    from e2e.rl import engines
+    from e2e.rl.arms import arm_config
+    from harness.config import recommended_config
+    from harness.engines import registry
+    base = recommended_config("tiny-rl", "blockwise-fp32")
+    for name, arm in ARMS.items():
+        for which in ("cpu", "live"):
+            assert engines.unsupported(arm_config(arm, base), which) == [], (name, which)
+
+    class OldLearner:                     # declares nothing: an FP8 learner on its recipe only
+        pass
+    entry = registry.get_engine("trainer", "cpu-learner")
+    monkeypatch.setitem(registry.ENGINES, ("trainer", "cpu-learner"), replace(entry, factory=OldLearner))
+    off = engines.unsupported(arm_config(ARMS["naive-fp8"], base), "cpu")
+    assert off == ["trainer cpu-learner runs precision fp8, not fp8-delayed"], off
+    assert engines.unsupported(arm_config(ARMS["onpolicy-fp8"], base), "cpu") == []
+
+

@@ -192,3 +192,16 @@ def test_per_tensor_and_recipes():
     assert s.shape == (1,) and float(s[0]) == float(F32(1.0) / (F32(448.0) / F32(float(x.abs().max()))))
     with pytest.raises(ValueError):
         get_recipe("blockwise-fp64")
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float32, torch.bfloat16])
+def test_poison_fills_the_storage_behind_a_strided_view(dtype):
+    """vLLM's online per-tensor layers are read (and poisoned) as the transpose of their stored codes, cut to the
+    model's rows: the poison must reach the engine's storage, not a copy."""
+    from harness.formats.bytes import SENTINEL, is_sentinel, poison_
+    stored = torch.zeros(16, 24).to(dtype)               # [K, N] as the kernel stores it, padded
+    view = stored.t()[:20, :12]                          # [N, K] in checkpoint orientation, the model's part
+    poison_(view)
+    assert bool(is_sentinel(stored.t()[:20, :12]).all())
+    assert not bool(is_sentinel(stored.t()[20:]).any()) and not bool(is_sentinel(stored.t()[:, 12:]).any())
+    assert int((stored.view(torch.uint8) == SENTINEL).sum()) == 20 * 12 * stored.element_size()

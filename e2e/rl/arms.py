@@ -54,12 +54,6 @@ class Arm:
     preflight: tuple[str, ...] = ()
     description: str = ""
 
-    @property
-    def live(self) -> bool:
-        """fp8check's live engines (Megatron-Core/TE + a vLLM checkpoint engine) run it: an FP8 learner on its
-        recipe and a checkpoint engine (TE delayed scaling, a BF16 learner and online vLLM engines are not built
-        behind the live adapters)."""
-        return self.trainer_precision == "fp8" and self.engine_quantization == "checkpoint"
 
 
 ARMS = {a.name: a for a in (

@@ -64,6 +64,20 @@ def missing_rl_surface(engines: str = "cpu") -> list[str]:
     return out
 
 
+def unsupported(config, engines: str = "cpu") -> list[str]:
+    """What the engine set cannot run of `config`, one phrase each: a trainer declares the `trainer.precision`
+    values it runs (`precisions`), a rollout engine the `rollout.quantization` values (`quantizations`); an engine
+    that declares neither runs the defaults only (an FP8 learner on its recipe, a checkpoint engine)."""
+    out = []
+    for kind, setting, attr, default in (("trainer", config.trainer.precision, "precisions", "fp8"),
+                                         ("rollout", config.rollout.quantization, "quantizations", "checkpoint")):
+        name = ENGINE_SETS[engines][kind]
+        have = getattr(get_engine(kind, name).factory, attr, (default,))
+        if setting not in have:
+            out.append(f"{kind} {name} runs {attr[:-1]} {', '.join(have)}, not {setting}")
+    return out
+
+
 def build_engines(config, engines: str = "cpu", trainer_kwargs: dict | None = None, rollout_kwargs: dict | None = None,
                   num_gpus: float = 0.3):
     """(trainer, rollout, owned) for one arm: in this process on CPU; behind the remote wrapper as Ray actors

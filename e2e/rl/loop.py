@@ -99,7 +99,9 @@ def run_arm(arm_name: str, seed: int, steps: int, settings: LoopSettings = LoopS
     n = settings.group_size
     t_start = time.perf_counter()
     trainer, rollout, owned = build_engines(cfg, settings.engines, trainer_kwargs={"lr": settings.lr})
-    capture = FullRead() if settings.engines == "cpu" else DigestFirst()
+    # digest-first where the engine must hold the learner's bytes (a checkpoint engine); an engine that quantizes
+    # the BF16 it is handed, or serves it, mismatches every FP8 parameter by design: read it whole
+    capture = DigestFirst() if settings.engines != "cpu" and cfg.rollout.quantization == "checkpoint" else FullRead()
     try:
         warm = [trainer.train_step(task.supervised(task.prompts(settings.prompts_per_step * n, _seed(seed, w, 3))),
                                    SFTLoss())["loss"] for w in range(settings.warmup_steps)]

@@ -73,7 +73,7 @@ def merge_parts(paths: list[str]) -> tuple[list, list, dict]:
 
 def run(args) -> int:
     from e2e.rl.claims import Tolerances, evaluate
-    from e2e.rl.engines import missing_rl_surface
+    from e2e.rl.engines import missing_rl_surface, unsupported
     from e2e.rl.loop import LoopSettings, run_comparison
     from e2e.rl.plots import MissingMatplotlib, require_matplotlib, write_plots
     from e2e.rl.report import write_report
@@ -120,18 +120,15 @@ def run(args) -> int:
     if args.merge:
         return _merge(args)
     from e2e.rl.arms import ARMS, arm_config
-    if args.engine == "live":
-        off = [a for a in arms if not ARMS[a].live]
-        if off:
-            raise UsageError(f"--engine live: arm(s) {', '.join(off)} need TE delayed scaling, a BF16 learner or an "
-                             f"online-quantizing vLLM engine on the live engines, not built yet (CPU: --engine cpu); "
-                             f"live arms: {', '.join(a for a in ARMS if ARMS[a].live)}")
     from ..config import ConfigError, recommended_config
     for a in arms:                    # every arm's config is valid before any run starts (a worker would fail late)
         try:
-            arm_config(ARMS[a], recommended_config(args.model, args.recipe))
+            cfg = arm_config(ARMS[a], recommended_config(args.model, args.recipe))
         except ConfigError as e:
             raise UsageError(f"--arms {a} with --recipe {args.recipe}: {e}") from None
+        off = unsupported(cfg, args.engine)
+        if off:
+            raise UsageError(f"--arms {a} with --engine {args.engine}: the {'; the '.join(off)}")
     prepare_out_dir(args.out)
     settings = LoopSettings(model=args.model, recipe=args.recipe, task=args.task, length=args.length,
                             prompts_per_step=args.prompts, group_size=args.group, temperature=args.temperature,

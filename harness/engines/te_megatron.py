@@ -1,9 +1,14 @@
-"""Live trainer adapter: a Megatron-Core GPTModel with the Transformer Engine layer spec, FP8 blockwise recipe.
+"""Live trainer adapter: a Megatron-Core GPTModel with the Transformer Engine layer spec, in the precision the
+config's `trainer.precision` names: TE's blockwise recipe (`fp8`), TE's per-tensor delayed scaling as Megatron-Core
+runs `fp8_recipe="delayed"` (`fp8-delayed`), or BF16 (`bf16`).
 
 The learner's FP8 forward weights are read from TE's own quantized tensors -- the weight workspaces a forward
 with `is_first_microbatch=True` caches (`_fp8_workspaces["weight"]`, `"weight{i}"` for grouped experts), or the
 parameters themselves with persistent FP8 parameters (`fp8_param`) -- never re-quantized by fp8check. TE stores
-scale_inv padded to a multiple of 4 K-blocks; `te_to_wire` crops it to the unpadded grid.
+scale_inv padded to a multiple of 4 K-blocks; `te_to_wire` crops it to the unpadded grid. Under delayed scaling the
+workspace is a `Float8Tensor` (`_data`, one `_scale_inv` [1]: the scale the cast used, set at the previous training
+forward's autocast exit), and a forward fp8check runs only to read (`fp8_forward_weights`, `logprobs`) leaves the
+amax history and scales as they were: TE max-accumulates every forward's amax into the next update.
 
 Masters: the adapter loads the same deterministic masters as the CPU reference trainer (`megatron_masters`) so the two
 can be compared byte for byte (conformance). `NVTE_FP8_BLOCK_SCALING_FP32_SCALES` is read when Transformer
@@ -54,38 +59,91 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _is_te_fp8(t) -> bool:
+    """A TE quantized tensor: blockwise (`_rowwise_data`) or delayed/current per-tensor (`Float8Tensor._data`)."""
+    return getattr(t, "_rowwise_data", None) is not None or getattr(t, "_data", None) is not None \
+        and getattr(t, "_scale_inv", None) is not None
+
+
 def _from_te(t, shape, device="cpu"):
     # always a copy: TE re-quantizes into the same workspace on the next forward
+    if getattr(t, "_rowwise_data", None) is None:              # Float8Tensor: one fp32 scale_inv for the tensor
+        codes = t._data.view(torch.float8_e4m3fn).reshape(shape).to(device, copy=True)
+        return codes, t._scale_inv.reshape(1).to(device=device, dtype=torch.float32, copy=True)
     codes = t._rowwise_data.view(torch.float8_e4m3fn).reshape(shape).to(device, copy=True)
     return codes, te_to_wire(t._rowwise_scale_inv.to(device, copy=True), tuple(shape), block_dim=2)
 
 
-def megatron_fp8_weights(model, layout, device="cpu") -> tuple[dict, dict]:
+def _fp8_meta_states(model) -> list:
+    """Every TE delayed-scaling state tensor of the model (per module, forward and backward) as (attribute,
+    tensor): its scale and amax history, which TE's fused update writes in place."""
+    out = []
+    for mod in model.modules():
+        meta = getattr(mod, "fp8_meta", None)
+        if not isinstance(meta, dict):
+            continue
+        for key in ("scaling_fwd", "scaling_bwd"):
+            st = meta.get(key)
+            for attr in ("scale", "amax_history"):
+                t = getattr(st, attr, None)
+                if torch.is_tensor(t):
+                    out.append((attr, t))
+    return out
+
+
+class kept_fp8_state:
+    """A forward that only reads (export, probes) leaves TE's delayed-scaling state as it found it: without this an
+    inference forward's amaxes (the probe prompts' activations) would max-accumulate into the next training
+    forward's scale update. A state the read forward created (TE makes them at a module's first FP8 forward) is
+    left as TE creates it: scale 1, amax history 0."""
+
+    def __init__(self, model, enabled: bool):
+        self.model, self.enabled = model, enabled
+
+    def __enter__(self):
+        self.saved = {id(t): (t, t.clone()) for _, t in _fp8_meta_states(self.model)} if self.enabled else {}
+        return self
+
+    def __exit__(self, *exc):
+        if not self.enabled:
+            return False
+        with torch.no_grad():
+            for attr, t in _fp8_meta_states(self.model):
+                if id(t) in self.saved:
+                    t.copy_(self.saved[id(t)][1])
+                else:
+                    t.fill_(1.0 if attr == "scale" else 0.0)
+        return False
+
+
+def megatron_fp8_weights(model, layout, device="cpu", fp8=None) -> tuple[dict, dict]:
     """The learner's FP8 forward weights of any Megatron-Core model with the TE layer spec (fp8check's trainer or a
-    user's, after a forward under the blockwise recipe): Megatron-named codes + `_scale_inv` on the unpadded wire
-    grid read from Transformer Engine's weight workspaces (or persistent FP8 parameters), never re-quantized;
-    BF16 for every other parameter. Returns (tensors, where each FP8 weight came from)."""
+    user's, after a forward under an FP8 recipe): Megatron-named codes + `_scale_inv` (the unpadded wire grid;
+    [1] under delayed scaling) read from Transformer Engine's weight workspaces (or persistent FP8 parameters),
+    never re-quantized; BF16 for every other parameter. `fp8`: the Megatron tensors the learner runs in FP8
+    (default the layout's FP8 set; empty for a BF16 learner). Returns (tensors, where each FP8 weight came from)."""
+    fp8 = layout.fp8_megatron if fp8 is None else fp8
     params = dict(model.named_parameters())
     out, source = {}, {}
     for mname, mod in model.named_modules():
         ws = getattr(mod, "_fp8_workspaces", None) or {}
         for key, t in ws.items():
-            if not key.startswith("weight") or getattr(t, "_rowwise_data", None) is None:
+            if not key.startswith("weight") or not _is_te_fp8(t):
                 continue
             pname = f"{mname}.{key}"
-            if pname in layout.fp8_megatron:
+            if pname in fp8:
                 out[pname], out[scale_name(pname)] = _from_te(t, params[pname].shape, device)
                 source[pname] = "workspace"
     for n, p in params.items():
         if n in out:
             continue
-        if n in layout.fp8_megatron:
-            if getattr(p, "_rowwise_data", None) is not None:     # persistent FP8 parameter
+        if n in fp8:
+            if _is_te_fp8(p):                                     # persistent FP8 parameter
                 out[n], out[scale_name(n)] = _from_te(p, p.shape, device)
                 source[n] = "fp8_param"
             else:
                 raise RuntimeError(f"{n}: no FP8 weight found in Transformer Engine's workspaces (run a forward "
-                                   f"under the blockwise FP8 recipe first)")
+                                   f"under the FP8 recipe first)")
         else:
             out[n] = p.detach().to(device=device, dtype=torch.bfloat16, copy=True)
     return out, source
@@ -108,6 +166,7 @@ def device_masters(layout, seed: int, step: int, device="cuda", prev: dict | Non
 
 class MegatronTrainer:
     engine = "megatron-core+transformer-engine"
+    precisions = ("fp8", "fp8-delayed", "bf16")          # trainer.precision values it runs
 
     def __init__(self, config: SyncConfig, seed: int = 1234, lr: float = 1e-3, betas: tuple = (0.9, 0.99),
                  eps: float = 1e-8, weight_decay: float = 0.0, max_grad_norm: float | None = 1.0):
@@ -146,8 +205,14 @@ class MegatronTrainer:
                   hidden_dropout=0.0, attention_dropout=0.0, bf16=True, params_dtype=torch.bfloat16,
                   apply_rope_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
                   masked_softmax_fusion=False, gradient_accumulation_fusion=False)
-        if config.fp8_tensors:                           # a config whose every GEMM is BF16 trains in BF16
-            kw.update(fp8="e4m3", fp8_recipe="blockwise", fp8_param=config.trainer.fp8_param)
+        self.delayed = config.delayed_scaling is not None
+        if config.trainer_fp8_tensors:     # a BF16 learner, or a config whose every GEMM is excluded, trains in BF16
+            kw.update(fp8="e4m3", fp8_recipe="delayed" if self.delayed else "blockwise",
+                      fp8_param=config.trainer.fp8_param)
+            if self.delayed:               # Megatron-Core's TEDelayedScaling reads these three
+                t = config.trainer
+                kw.update(fp8_margin=t.margin, fp8_amax_history_len=t.amax_history_len,
+                          fp8_amax_compute_algo=t.amax_compute_algo)
         if spec.is_moe:
             kw.update(num_moe_experts=spec.num_experts, moe_router_topk=spec.top_k,
                       moe_ffn_hidden_size=spec.moe_intermediate_size, moe_grouped_gemm=True,
@@ -214,18 +279,20 @@ class MegatronTrainer:
     def fp8_forward_weights(self) -> dict:
         """Megatron-named codes + `_scale_inv` (wire grid) from TE's own quantized tensors; BF16 elsewhere."""
         if not self._fresh:
-            with torch.no_grad():
+            with torch.no_grad(), kept_fp8_state(self.model, self.delayed):
                 self.model.eval()
                 self._forward(torch.zeros(1, 64, dtype=torch.long, device="cuda"))
             self._fresh = True
+        fp8 = self.layout.fp8_megatron if self.config.trainer_fp8 else frozenset()
         out, self.sources = megatron_fp8_weights(self.model, self.layout,
-                                                 device="cuda" if self.config.trainer.device else "cpu")
+                                                 device="cuda" if self.config.trainer.device else "cpu", fp8=fp8)
         return out
 
     def export_hf(self) -> dict:
         """The FP8 forward bytes read from TE's workspaces, and the job's calibrated KV-cache scales (the same
         calibration the reference trainer holds) where the config has them."""
-        return {**self.layout.megatron_to_hf(self.fp8_forward_weights()), **kv_calibration(self.config, self.step)}
+        return {**self.layout.megatron_to_hf(self.fp8_forward_weights(), with_scales=self.config.trainer_fp8),
+                **kv_calibration(self.config, self.step)}
 
     # -- the RL loop's update (e2e/rl/engines.py RLTrainer.train_step) -------------------------------------------
     def train_step(self, batch: dict, loss) -> dict:
@@ -279,6 +346,11 @@ class MegatronTrainer:
         out = {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in stats.items()}
         return {**out, "grad_norm": float(norm), "loss": float(value.detach()), "version": self.step}
 
+    def delayed_state(self) -> list:
+        """TE's delayed-scaling state of every module, copied to the host in module order (scale and amax history,
+        forward and backward): what a forward that only reads must leave unchanged."""
+        return [t.detach().cpu().clone() for _, t in _fp8_meta_states(self.model)]
+
     def master_hf(self) -> dict:
         if getattr(self, "_rl", None) is not None:
             return self.layout.megatron_to_hf({n: m.detach() for n, m in self._rl["masters"].items()},
@@ -295,7 +367,7 @@ class MegatronTrainer:
 
     def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
         out = []
-        with torch.no_grad():
+        with torch.no_grad(), kept_fp8_state(self.model, self.delayed):
             self.model.eval()
             for p in prompts:
                 n = len(p)

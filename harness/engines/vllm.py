@@ -1,7 +1,9 @@
-"""vLLM 0.26 as a rollout engine (the protocol in harness.engines.protocol), serving a model with block-FP8 weights.
+"""vLLM 0.26 as a rollout engine (the protocol in harness.engines.protocol), serving a model as the config's
+`rollout.quantization` says: a block-FP8 checkpoint (`checkpoint`), a BF16 checkpoint it quantizes itself
+(`online-per-tensor`: `quantization="fp8"`; `online-per-block`: `"fp8_per_block"`), or BF16 (`none`).
 
 The engine starts from dummy weights with `quantization_config` from the SyncConfig (block shape, exclusion set
-as `ignored_layers`) and fp8check's worker extension (harness.engines.vllm_extension: the same methods a user's
+as `ignored_layers`; none for the other three) and fp8check's worker extension (harness.engines.vllm_extension: the same methods a user's
 own engine gets with one engine argument), and receives syncs through vLLM's own layerwise reload
 (`worker.model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`). Everything it reports is
 read back from the workers: parameter bytes and digests, data pointers, how many times each layer's
@@ -110,6 +112,7 @@ def _kv(d: dict) -> dict:
 class VLLMEngine:
     """One vLLM engine in this process (the remote wrapper runs it inside a Ray actor)."""
     engine = "vllm-0.26"
+    quantizations = ("checkpoint", "online-per-tensor", "online-per-block", "none")   # rollout.quantization
     knobs = frozenset(("post_process_repeats", "detach_on_install", "kv_scale_placeholder", "realloc_buffer",
                        "keep_prefix_cache", "logit_scale"))
 
@@ -120,10 +123,6 @@ class VLLMEngine:
         versions not claimed). `llm_kwargs` go to vllm.LLM (e.g. enforce_eager=False, kv_cache_dtype)."""
         if config.calibrated_kv:
             raise EngineError(CALIBRATED_KV_UNSUPPORTED)
-        if config.rollout.quantization != "checkpoint" and not observe_only:
-            raise EngineError(f"rollout.quantization={config.rollout.quantization}: fp8check's own vLLM engine serves "
-                              f"block-FP8 checkpoints; an online-quantizing engine is judged on a user's engine "
-                              f"(check_sync) or on the CPU reference")
         self.config = config
         self.observe_only = observe_only
         self.tp = config.rollout.tp_size
@@ -146,6 +145,8 @@ class VLLMEngine:
                       max_num_batched_tokens=512, skip_tokenizer_init=True, dtype="bfloat16",
                       attention_backend="TRITON_ATTN", seed=seed, tensor_parallel_size=self.tp,
                       worker_extension_cls=TEST_EXTENSION)    # fp8check's own engine: it syncs
+            if config.rollout.quantization in VLLM_ONLINE_QUANTIZATION:   # BF16 checkpoint, vLLM quantizes it
+                kw["quantization"] = VLLM_ONLINE_QUANTIZATION[config.rollout.quantization]
             kw.update(llm_kwargs)
             llm = LLM(**kw)
         self.llm = llm

@@ -26,9 +26,18 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def poison_(t: torch.Tensor) -> torch.Tensor:
-    """Fill every byte of `t` with the sentinel, in place."""
-    if t.numel():
+    """Fill every byte of `t` with the sentinel, in place -- also through a strided view (vLLM's online per-tensor
+    layers are read as the transpose of their stored codes: `reshape` would fill a copy)."""
+    if not t.numel():
+        return t
+    if t.is_contiguous():
         t.reshape(-1).view(torch.uint8).fill_(SENTINEL)
+    elif t.element_size() == 1:
+        t.view(torch.uint8).fill_(SENTINEL)
+    else:
+        full = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        full.reshape(-1).view(torch.uint8).fill_(SENTINEL)
+        t.copy_(full)
     return t
 
 

@@ -48,13 +48,33 @@ def fp8check_trainer(fp8check_config):
     return t
 
 
+# live engines, one per distinct configuration, started when a test first needs it and kept for the session: a vLLM
+# start is about 30 s, and an engine starting while another process frees GPU memory fails vLLM's memory profiling
+# ("Error in memory profiling"), which closing one engine per test provoked on the H200
+_LIVE: dict = {}
+
+
+def _live_key(config) -> str:
+    import json
+    return json.dumps(config.to_dict(), sort_keys=True, default=str)
+
+
+@pytest.fixture(scope="session")
+def _fp8check_live_engines():
+    yield _LIVE
+    while _LIVE:
+        _LIVE.popitem()[1].close()
+
+
 @pytest.fixture
 def fp8check_engine(request, fp8check_config):
     if request.config.getoption("--fp8check-live"):
         from harness.engines.remote import Remote
-        eng = Remote("rollout", "vllm", fp8check_config, ray=True, num_gpus=0.3)
-        yield eng
-        eng.close()
+        live = request.getfixturevalue("_fp8check_live_engines")
+        key = _live_key(fp8check_config)
+        if key not in live:
+            live[key] = Remote("rollout", "vllm", fp8check_config, ray=True, num_gpus=0.05)
+        yield live[key]           # every sync poisons it first: a test never sees the previous one's weights
     else:
         from harness.engines.registry import make_engine
         yield make_engine("rollout", "cpu-reference", fp8check_config)

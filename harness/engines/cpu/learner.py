@@ -56,6 +56,7 @@ def straight_through_quantizer(quant):
 
 class CpuLearner:
     engine = "cpu-learner"
+    precisions = ("fp8", "fp8-delayed", "bf16")          # trainer.precision values it runs
 
     def __init__(self, config: SyncConfig, *, lr: float = 1e-3, betas: tuple = (0.9, 0.99), eps: float = 1e-8,
                  weight_decay: float = 0.0, max_grad_norm: float | None = 1.0):

@@ -139,6 +139,7 @@ class _LayerwiseReload:
 
 class ReferenceRollout(ServingMirror):
     engine = "cpu-reference-vllm"
+    quantizations = ("checkpoint", "online-per-tensor", "online-per-block", "none")   # rollout.quantization
     in_process_wire = True      # receives in the sender's process (the pipeline's digest check may use that)
     DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None,
                      "kv_scale_placeholder": None, "realloc_buffer": False, "keep_prefix_cache": False,
