@@ -74,6 +74,8 @@ def _entries(tune: bool):
             out[f"te_{mode}"] = f"unavailable: {type(e).__name__}: {e}"
         out[f"triton_{mode}"] = lambda x, p=pow2: tq(x, pow2=p)
         out[f"triton_{mode} 1x128"] = lambda x, p=pow2: tq(x, (1, 128), pow2=p)
+        # the same kernel with the interpreter's integer fp8 encoder: what the hardware conversion saves
+        out[f"triton_{mode} integer encoder"] = lambda x, p=pow2: launch(x, pow2=p, hw_cast=False)
         out[f"reference_{mode} (torch on cuda)"] = lambda x, p=pow2: quantize_blockwise(x, pow2=p)
     out["state_digest (triton)"] = lambda x: state_digests({"x": x})
     if tune:                                   # launch knobs of the Triton kernel (same bytes whatever they are)

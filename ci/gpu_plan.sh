@@ -24,8 +24,10 @@
 #  14  the live path after the 2026-12-02 changes: `fp8check live` dense with every live fault, then the plugin
 #  15  the 2026-12-02 (second) session: the live engines in the seeds' configurations (Megatron with TE delayed
 #      scaling and in BF16, fp8check's vLLM engine quantizing online or serving BF16), the plugin with one engine
-#      per configuration for the session, the user-engine tests
-#  16  `fp8check e2e --engine live`: the seeds' naive arm, on-policy and BF16, 1 seed x 30 steps each
+#      per configuration for the session, the Triton quantizer's hardware fp8 conversion (bytes vs TE, then the
+#      quantizer bench)
+#  16  `fp8check e2e --engine live`: the seeds' naive arm, on-policy and BF16, 1 seed x 30 steps each; then the
+#      user-engine tests
 #  17  `fp8check live` dense with every live fault (the live path at this session's commit)
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
@@ -93,6 +95,11 @@ preflight_probe() {
     > "$R/preflight/probe.txt" 2>&1
   log "preflight --probe: rc $? $(tail -1 "$R/preflight/probe.txt")"
 }
+bench_quantize() {
+  mkdir -p "$R/bench"; timeout "$(cap 150)" python3 bench/gpu_bench.py --quantize --out "$R/bench/quantize.json" \
+    > "$R/bench/quantize.txt" 2>&1
+  log "bench quantize: rc $? $(grep -E '^(triton|TE|te_|clone|digest)' "$R/bench/quantize.txt" | tr '\n' ' ' | cut -c1-900)"
+}
 case $CALL in
   1) phase numerics 300; phase conformance-dense 420 ;;
   2) phase conformance-moe 420; phase live 500 ;;
@@ -115,8 +122,8 @@ case $CALL in
   12) plugin_live; phase live 300 ;;
   13) phase online 300; phase user 240 ;;
   14) live_cli dense; plugin_live ;;
-  15) phase precisions 260; plugin_live; phase user 200 ;;
-  16) E2E_STEPS=${E2E_STEPS:-30} E2E_ARMS=${E2E_ARMS:-naive-fp8,onpolicy-fp8,bf16} e2e_live ;;
+  15) phase precisions 260; plugin_live; phase triton 120; bench_quantize ;;
+  16) E2E_STEPS=${E2E_STEPS:-30} E2E_ARMS=${E2E_ARMS:-naive-fp8,onpolicy-fp8,bf16} e2e_live; phase user 200 ;;
   17) live_cli dense ;;
   *) echo "gpu_plan.sh: CALL must be 1 to 17, got $CALL" >&2; exit 2 ;;
 esac

@@ -13,11 +13,15 @@ Why each step is exact on sm90 as well as under TRITON_INTERPRET=1:
   `div.full.f32` on the GPU (about 2 ulp) but exact in the interpreter, so tests check the source for it.
 * y = x * scale is one fp32 `mul` with nothing to contract it into an FMA (its only consumer is a bitcast);
   Triton sets no flush-to-zero for it (libdevice ftz does not apply: no libdevice call is made).
-* The e4m3 cast is an integer round-to-nearest-even encoder (saturating, NaN -> 0x7F), not `.to(tl.float8e4nv)`.
-  On sm90 that cast is `cvt.rn.satfinite.e4m3x2.f32`, but the interpreter's float8 conversion (triton 3.6
+* The fp8 cast, on the GPU, is the hardware's `cvt.rn.satfinite.e4m3x2.f32` (`.to(tl.float8e4nv)`, round to
+  nearest even, saturating to +-448: the conversion TE's own kernels run, `__nv_cvt_float_to_fp8(.., SATFINITE)`),
+  with NaN written as 0x7F whatever its sign.  Under the interpreter it is an integer round-to-nearest-even encoder
+  with the same results (`_fp8_encode`), because the interpreter's float8 conversion (triton 3.6
   `interpreter._convert_float`) rounds ties away from zero, does not saturate and mis-encodes NaN and fp8
-  subnormals (1.0625 -> 0x39, 500 -> 0x78, NaN -> 0x7C, 1.5 * 2^-9 -> 0x01), so the CPU tests could not vouch
-  for it.  Integer ops mean the same thing on both; the sm90 PTX is checked in tests/test_triton_quantizer.py.
+  subnormals (1.0625 -> 0x39, 500 -> 0x78, NaN -> 0x7C, 1.5 * 2^-9 -> 0x01).  The integer encoder costs about 20
+  integer operations per element, which bounded the kernel at about 870 GB/s of input on the H200 (0.43 of a copy):
+  the compute, not the memory.  The sm90 PTX of both builds is checked in tests/test_triton_quantizer.py; the GPU
+  build's bytes against TE's on the H200 (tests/gpu/test_triton_conformance.py).
 """
 from __future__ import annotations
 
@@ -58,6 +62,18 @@ if triton is not None:
         return tl.where(a > 0x7F800000, NAN_CODE, sign | mag)
 
     @triton.jit
+    def _fp8_codes(y, HW_CAST: tl.constexpr, MANT: tl.constexpr, BIAS: tl.constexpr, MAX_BITS: tl.constexpr,
+                   MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr):
+        """fp32 values -> fp8 codes (uint8): RNE, saturating, NaN -> NAN_CODE (see the module docstring)."""
+        if HW_CAST:
+            if MANT == 3:
+                h = y.to(tl.float8e4nv, fp_downcast_rounding="rtne")
+            else:
+                h = y.to(tl.float8e5, fp_downcast_rounding="rtne")
+            return tl.where(y != y, NAN_CODE, h.to(tl.uint8, bitcast=True).to(tl.int32)).to(tl.uint8)
+        return _fp8_encode(y.to(tl.int32, bitcast=True), MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE).to(tl.uint8)
+
+    @triton.jit
     def _load_bits(x_tile, r, c_in, row0, N, K, col0, sxn, sxk, ROW_OK, IN_KIND: tl.constexpr, BK: tl.constexpr):
         """fp32 bit patterns (int32) of tile rows r (a vector) x columns c_in; outside the tensor: 0."""
         mask = (ROW_OK & (row0 + r < N))[:, None] & ((c_in < BK) & (col0 + c_in < K))[None, :]
@@ -96,7 +112,8 @@ if triton is not None:
                           ROWS: tl.constexpr, SUB: tl.constexpr, BK_P2: tl.constexpr,
                           POW2: tl.constexpr, USE_EPS: tl.constexpr, FP8_MAX: tl.constexpr,
                           INPUT_MAX: tl.constexpr, MANT: tl.constexpr, BIAS: tl.constexpr,
-                          MAX_BITS: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr):
+                          MAX_BITS: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr,
+                          HW_CAST: tl.constexpr):
         """One program: ROWS rows x BK columns.  BN == 1: ROWS blocks of one row, one pass.  BN > 1 (ROWS == BN):
         one block, read in SUB-row slices twice (amax, then quantize; the second read hits L1/L2), because a
         whole 128x128 tile held in registers spills."""
@@ -117,8 +134,8 @@ if triton is not None:
             bits, mask = _load_bits(x_tile, r, c_in, row0, N, K, col0, sxn, sxk, row_ok, IN_KIND, BK)
             scale, scale_inv = _scale(tl.max(_abs_bits(bits), axis=1), eps, USE_EPS, POW2, FP8_MAX, INPUT_MAX)
             y = bits.to(tl.float32, bitcast=True) * scale[:, None]
-            codes = _fp8_encode(y.to(tl.int32, bitcast=True), MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE)
-            tl.store(q_tile + (r[:, None] * K + c_in[None, :]), codes.to(tl.uint8), mask=mask)
+            codes = _fp8_codes(y, HW_CAST, MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE)
+            tl.store(q_tile + (r[:, None] * K + c_in[None, :]), codes, mask=mask)
             tl.store(s_ptr + (b * gn + row0 + r) * gk + col, scale_inv, mask=row_ok & (row0 + r < N))
         else:
             amax_bits = tl.zeros((SUB,), tl.int32)
@@ -131,8 +148,8 @@ if triton is not None:
                 r = r0 + tl.arange(0, SUB)
                 bits, mask = _load_bits(x_tile, r, c_in, row0, N, K, col0, sxn, sxk, r < ROWS, IN_KIND, BK)
                 y = bits.to(tl.float32, bitcast=True) * scale
-                codes = _fp8_encode(y.to(tl.int32, bitcast=True), MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE)
-                tl.store(q_tile + (r[:, None] * K + c_in[None, :]), codes.to(tl.uint8), mask=mask)
+                codes = _fp8_codes(y, HW_CAST, MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE)
+                tl.store(q_tile + (r[:, None] * K + c_in[None, :]), codes, mask=mask)
             tl.store(s_ptr + (b * gn + rt) * gk + col, scale_inv)
 
 
@@ -152,10 +169,11 @@ def quantize_blockwise_triton(x: torch.Tensor, block_shape=WEIGHT_BLOCK, *, pow2
 
 def launch(x: torch.Tensor, block_shape=WEIGHT_BLOCK, *, pow2: bool = False, amax_epsilon: float = 0.0,
            fp8_dtype: torch.dtype = E4M3, rows_per_program: int | None = None, slice_rows: int | None = None,
-           num_warps: int | None = None):
+           num_warps: int | None = None, hw_cast: bool | None = None):
     """`quantize_blockwise_triton` with the launch knobs exposed (tuning, fast interpreter tests); they never
     change the result: `rows_per_program` (1xBK blocks: rows per program), `slice_rows` (BN > 1: rows read per
-    step of the block's two passes), `num_warps`."""
+    step of the block's two passes), `num_warps`, `hw_cast` (the hardware fp8 conversion; default: on a CUDA
+    tensor, where it is exact, and never under the interpreter, where it is not)."""
     if triton is None:
         raise ImportError(f"quantize_blockwise_triton needs Triton ({_IMPORT_ERROR}); "
                           f"use harness.formats.quantize_blockwise on machines without it")
@@ -188,5 +206,6 @@ def launch(x: torch.Tensor, block_shape=WEIGHT_BLOCK, *, pow2: bool = False, ama
         IN_KIND=_IN_KIND[x.dtype], BN=bn, BK=bk, ROWS=rows, SUB=sub, BK_P2=_p2(bk),
         POW2=bool(pow2), USE_EPS=amax_epsilon > 0.0, FP8_MAX=fmax, INPUT_MAX=INPUT_DTYPE_MAX[x.dtype],
         MANT=mant, BIAS=bias, MAX_BITS=int(torch.tensor(fmax, dtype=torch.float32).view(torch.int32)),
-        MAX_CODE=max_code, NAN_CODE=E4M3_NAN_BYTE, num_warps=num_warps or 8)
+        MAX_CODE=max_code, NAN_CODE=E4M3_NAN_BYTE, HW_CAST=x.is_cuda if hw_cast is None else bool(hw_cast),
+        num_warps=num_warps or 8)
     return q, s
