@@ -26,9 +26,10 @@
 #      scaling and in BF16, fp8check's vLLM engine quantizing online or serving BF16), the plugin with one engine
 #      per configuration for the session, the Triton quantizer's hardware fp8 conversion (bytes vs TE, then the
 #      quantizer bench)
-#  16  `fp8check e2e --engine live`: the seeds' naive arm, on-policy and BF16, 1 seed x 30 steps each; then the
-#      user-engine tests
-#  17  `fp8check live` dense with every live fault (the live path at this session's commit)
+#  16  `fp8check e2e --engine live`, 30 steps a run, one part per arm (a part that fails leaves the others):
+#      on-policy seeds 0-1, the seeds' naive arm seeds 0-1, BF16 seed 0
+#  17  the same for seed 2 of on-policy and naive (`fp8check e2e --merge` joins the parts on any machine)
+#  18  `fp8check live` dense with every live fault, then the user-engine tests
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -95,6 +96,12 @@ preflight_probe() {
     > "$R/preflight/probe.txt" 2>&1
   log "preflight --probe: rc $? $(tail -1 "$R/preflight/probe.txt")"
 }
+e2e_part() {    # e2e_part ARM SEED_START SEEDS TIMEOUT: one part of a split live comparison (${E2E_STEPS:-30} steps)
+  local d="$R/e2e/$1-s$2"; mkdir -p "$(dirname "$d")"
+  timeout "$(cap "$4")" python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-30}" --arms "$1" \
+    --seeds "$3" --seed-start "$2" --no-plots --out "$d" > "$d.txt" 2>&1
+  log "e2e part $1 seeds $2+$3: rc $? $(grep -E 'steps in|^OK|^FAILED|rror' "$d.txt" | tr '\n' ' ' | cut -c1-400)"
+}
 bench_quantize() {
   mkdir -p "$R/bench"; timeout "$(cap 150)" python3 bench/gpu_bench.py --quantize --out "$R/bench/quantize.json" \
     > "$R/bench/quantize.txt" 2>&1
@@ -123,9 +130,10 @@ case $CALL in
   13) phase online 300; phase user 240 ;;
   14) live_cli dense; plugin_live ;;
   15) phase precisions 260; plugin_live; phase triton 120; bench_quantize ;;
-  16) E2E_STEPS=${E2E_STEPS:-30} E2E_ARMS=${E2E_ARMS:-naive-fp8,onpolicy-fp8,bf16} e2e_live; phase user 200 ;;
-  17) live_cli dense ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 17, got $CALL" >&2; exit 2 ;;
+  16) e2e_part onpolicy-fp8 0 2 230; e2e_part naive-fp8 0 2 230; e2e_part bf16 0 1 130 ;;
+  17) e2e_part onpolicy-fp8 2 1 140; e2e_part naive-fp8 2 1 140 ;;
+  18) live_cli dense; phase user 200 ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 18, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"

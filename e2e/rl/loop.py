@@ -182,14 +182,19 @@ def run_comparison(arms, seeds: int, steps: int, settings: LoopSettings = LoopSe
     tasks = [(a, s, steps, settings) for s in range(seed_start, seed_start + seeds) for a in arms]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     results = []
+
+    def done(r):                  # the records so far on disk after every run: a part cut short keeps what ran
+        results.append(r)
+        if out:
+            write_records(out, [x["run"] for x in results], [rec for x in results for rec in x["steps"]])
+        if progress:
+            progress(r["run"])
     if jobs == 1:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)         # the GEMMs are tiny: more threads only spin, and the results would differ
         try:
             for t in tasks:
-                results.append(run_arm(*t))
-                if progress:
-                    progress(results[-1]["run"])
+                done(run_arm(*t))
         finally:
             torch.set_num_threads(threads)
     else:
@@ -197,14 +202,8 @@ def run_comparison(arms, seeds: int, steps: int, settings: LoopSettings = LoopSe
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as ex:
             for r in ex.map(_worker, tasks):
-                results.append(r)
-                if progress:
-                    progress(r["run"])
-    runs = [r["run"] for r in results]
-    steps_out = [rec for r in results for rec in r["steps"]]
-    if out:
-        write_records(out, runs, steps_out)
-    return {"runs": runs, "steps": steps_out}
+                done(r)
+    return {"runs": [r["run"] for r in results], "steps": [rec for r in results for rec in r["steps"]]}
 
 
 def write_records(out: str, runs: list[dict], steps: list[dict]):
