@@ -50,15 +50,38 @@ def elements(t: torch.Tensor) -> torch.Tensor:
         as_bytes(t).reshape(t.numel(), t.element_size())
 
 
+def _any(mask: torch.Tensor) -> bool:
+    """`mask.any()` of a bool mask: its bytes' max where it is contiguous (the CPU's bool any is ~25x slower)."""
+    if mask.dtype == torch.bool and mask.numel() and mask.is_contiguous():
+        return bool(mask.view(torch.uint8).amax())
+    return bool(mask.any())
+
+
+def _first_true(mask: torch.Tensor, row: int = 4096) -> int:
+    """Flat index of the first True of a bool mask holding one: the first row of `row` elements that holds one,
+    then its first (argmax returns the first maximum; over the whole mask, the CPU's uint8 argmax is ~10x slower)."""
+    u = mask.view(torch.uint8)
+    if not mask.is_contiguous():
+        return int(u.argmax())
+    u = u.reshape(-1)
+    whole = u.numel() // row * row
+    if whole:
+        rows = u[:whole].view(-1, row).amax(1)
+        if bool(rows.amax()):
+            i = int(rows.argmax())
+            return i * row + int(u[i * row:(i + 1) * row].argmax())
+    return whole + int(u[whole:].argmax())
+
+
 def first_difference(ne_chunks) -> tuple[int | None, int]:
     """(flat index of the first True, number of Trues) over an iterable of (offset, bool mask) chunks."""
     first, count = None, 0
     for off, m in ne_chunks:
-        if not bool(m.any()):                 # the common case: nothing differs, no count to take
+        if not _any(m):                       # the common case: nothing differs, no count to take
             continue
         c = int(m.sum())
         if c and first is None:
-            first = off + int(m.view(torch.uint8).argmax())
+            first = off + _first_true(m)
         count += c
     return first, count
 
@@ -76,4 +99,7 @@ def value_chunks(a: torch.Tensor, b: torch.Tensor):
     fa, fb = a.reshape(-1), b.reshape(-1)
     for off in range(0, a.numel(), CHUNK):
         x, y = fa[off:off + CHUNK].float(), fb[off:off + CHUNK].float()
+        if bytes_equal(x, y):         # identical fp32 bits: identical values (one word compare, not four fp32 passes)
+            yield off, torch.zeros(x.shape, dtype=torch.bool, device=x.device)
+            continue
         yield off, ~((x == y) | (torch.isnan(x) & torch.isnan(y)))

@@ -35,9 +35,11 @@ def _cap(inv_id: str, findings: list):
 def _sentinels(t: torch.Tensor) -> tuple[int | None, int]:
     """(flat index of the first element still holding the poison bytes, how many do), chunk by chunk."""
     from harness.bitview import CHUNK, first_difference
-    from harness.formats.bytes import is_sentinel
+    from harness.formats.bytes import any_sentinel, is_sentinel
     flat = t.reshape(-1)
-    return first_difference((a, is_sentinel(flat[a:a + CHUNK]).reshape(-1)) for a in range(0, flat.numel(), CHUNK))
+    # a chunk without poison (the common case) needs no elementwise mask
+    return first_difference((a, is_sentinel(flat[a:a + CHUNK]).reshape(-1)) for a in range(0, flat.numel(), CHUNK)
+                            if any_sentinel(flat[a:a + CHUNK]))
 
 
 def _evidence(out: list) -> bool:
@@ -291,7 +293,8 @@ def s3_scales(ctx: CheckContext):
                 and ctx.config.rollout.quantization == "checkpoint":
             codes = ctx.trainer[n]
             if codes.dim() == 2 and codes.element_size() == 1 and tuple(t.shape) == recipe.scale_grid(codes.shape):
-                zero = (pad_blocks(codes.view(torch.uint8) & 0x7F, recipe.block_shape) == 0).all(dim=3).all(dim=1)
+                # the block's largest magnitude byte is 0: a reduction, not an elementwise compare (5x faster on CPU)
+                zero = pad_blocks(codes.view(torch.uint8) & 0x7F, recipe.block_shape).amax(dim=(1, 3)) == 0
                 wrong = zero & (t.float() != 1.0)
                 if bool(wrong.any()):
                     i = wrong.nonzero()[0]

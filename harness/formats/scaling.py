@@ -8,6 +8,7 @@ division into a reciprocal-multiply), so `scale_from_amax` is marked `eager_only
 graph-breaks around it and the eager ops run.
 """
 import functools
+import sys
 
 import torch
 
@@ -27,12 +28,16 @@ def eager_only(fn):
     """The TE-exact reference never runs compiled: inductor rewrites `448 / amax` into a reciprocal-multiply, one
     ulp off Transformer Engine. `torch.compiler.disable`, applied at the first call rather than at import: the
     decorator imports torch._dynamo (about 2 s), which processes that never quantize (pre-flight, the CLI's
-    help) should not pay for."""
+    help) should not pay for. Until something imports torch._dynamo nothing can be compiling (torch.compile and
+    torch.export import it), so until then the call runs eagerly and imports nothing: a fault-matrix worker that
+    only quantizes eagerly saves that import."""
     disabled = []
 
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
         if not disabled:
+            if "torch._dynamo" not in sys.modules:
+                return fn(*args, **kwargs)
             disabled.append(torch.compiler.disable(fn))
         return disabled[0](*args, **kwargs)
     guarded._fp8check_eager_only = True

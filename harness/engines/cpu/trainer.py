@@ -8,6 +8,8 @@ HF names moves 128-row blocks together with their scales.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from ...config import SyncConfig
@@ -56,6 +58,21 @@ def forward_weight(config: SyncConfig, step: int, name: str):
     key = (c.model, c.seed, step, name) + ((c.trainer_recipe, c.trainer.fp8_param) if is_fp8_gemm(c, name)
                                            else ("bf16",))
     return _FORWARD.get(key, lambda: te_forward_weight(c, name, megatron_masters(c.model, c.seed, step)[name]))
+
+
+def hf_state(layout, megatron: dict[str, torch.Tensor], with_scales: bool) -> dict[str, torch.Tensor]:
+    """`layout.megatron_to_hf` of a memoized Megatron forward state, memoized by its tensors' identity: the HF
+    members of fused tensors are then the same tensors from sync to sync, so what is keyed by tensor identity
+    downstream (the sender's digests, the declared post-load transform in S2/S3, the learner's log-probs) is
+    computed once per distinct state. The entry holds weak references: it keeps no source alive, and a dead
+    source's id reused by a new tensor misses."""
+    key = ("hf", layout.spec, layout.fp8_hf, tuple(layout.block_shape), layout.trainer_granularity, with_scales,
+           tuple((k, id(t)) for k, t in megatron.items()))
+    hit = _FORWARD.lookup(key)
+    if hit is None or any(ref() is not t for ref, t in zip(hit[0], megatron.values())):
+        hit = _FORWARD.put(key, (tuple(weakref.ref(t) for t in megatron.values()),
+                                 layout.megatron_to_hf(megatron, with_scales=with_scales)))
+    return dict(hit[1])
 
 
 def forward_state(names, weight) -> dict[str, torch.Tensor]:
@@ -118,7 +135,8 @@ class ReferenceTrainer:
         """Trainer snapshot in HF names: exactly the bytes the learner's forward uses, and the job's calibrated
         KV-cache scales where it has them (a fresh dict; the tensors are shared with a memo and must not be
         written in place)."""
-        return {**self.layout.megatron_to_hf(self.fp8_forward_weights(), with_scales=self.config.trainer_fp8), **kv_calibration(self.config, self.step)}
+        return {**hf_state(self.layout, self.fp8_forward_weights(), self.config.trainer_fp8),
+                **kv_calibration(self.config, self.step)}
 
     def export_hf_at(self, step: int):
         """What `export_hf` returned at `step` (the reference is deterministic in the step), as a mapping that
@@ -143,4 +161,16 @@ class ReferenceTrainer:
         return policy_weights(self.config, self.export_hf())
 
     def logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
-        return prompts_logprobs(self.config.spec, self.forward_weights(), prompts)
+        """The learner's log-probs, memoized by what `policy_weights` reads: the export's tensors by identity (see
+        `hf_state`), the calibrated KV scales by value, the recipe, the FP8 GEMMs and the activation quantizer."""
+        c, hf = self.config, self.export_hf()
+        kv = set(c.kv_scale_names)
+        state = [(n, t) for n, t in hf.items() if n not in kv]
+        key = ("logprobs", c.spec, c.recipe, c.trainer_fp8_tensors, act_quant_kind(c),
+               tuple((n, id(t)) for n, t in state), tuple((n, float(hf[n])) for n in sorted(kv) if n in hf),
+               tuple(map(tuple, prompts)))
+        hit = _FORWARD.lookup(key)
+        if hit is None or any(ref() is not t for ref, (_, t) in zip(hit[0], state)):
+            hit = _FORWARD.put(key, (tuple(weakref.ref(t) for _, t in state),
+                                     prompts_logprobs(c.spec, policy_weights(c, hf), prompts)))
+        return [t.clone() for t in hit[1]]
