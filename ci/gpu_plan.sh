@@ -101,6 +101,9 @@ e2e_part() {    # e2e_part ARM SEED_START SEEDS TIMEOUT: one part of a split liv
   timeout "$(cap "$4")" python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-30}" --arms "$1" \
     --seeds "$3" --seed-start "$2" --no-plots --out "$d" > "$d.txt" 2>&1
   log "e2e part $1 seeds $2+$3: rc $? $(grep -E 'steps in|^OK|^FAILED|rror' "$d.txt" | tr '\n' ' ' | cut -c1-400)"
+  # the records as one file beside the call's archive: a device call returns at most 8 files (2026-12-02: the
+  # parts' steps.jsonl were left out by that count and lost)
+  (cd "$R/e2e" && tar czf "$(dirname "$R")/e2e-parts-call$CALL.tgz" */runs.jsonl */steps.jsonl 2>/dev/null)
 }
 bench_quantize() {
   mkdir -p "$R/bench"; timeout "$(cap 150)" python3 bench/gpu_bench.py --quantize --out "$R/bench/quantize.json" \

@@ -262,6 +262,13 @@ def test_the_command_writes_records_figures_and_report(tmp_path, capsys):
                         "bf16-rollout-over-onpolicy": "unknown", "onpolicy-under-bf16-sampler": "unknown",
                         "other-grid-over-onpolicy": "unknown", "onpolicy-over-bf16": "violated",
                         "learning-bf16": "unknown", "learning-onpolicy-fp8": "unknown"}, verdicts
+    # the console carries each arm's figures (a part of a live run whose files are lost still leaves them), the
+    # same numbers the summary holds
+    printed = capsys.readouterr().out
+    assert "per arm" in printed
+    for arm in ("bf16", "onpolicy-fp8"):
+        v = summary["per_arm"]["mean_abs_dlogprob"][arm]["mean"]
+        assert f"{v:.4g}" in printed, (arm, v)
 
 
 @pytest.mark.parametrize("argv,needle", [

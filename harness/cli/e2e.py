@@ -193,6 +193,21 @@ def _print(args, arms, claims, summary, meta) -> int:
             t.add_row(c["claim"], f"[{CLAIM_STYLE[c['verdict']]}]{c['verdict']}[/]", c["detail"])
         con = console()
         con.print(t)
+        # the figures per arm too: a part of a split run whose files do not come back still leaves its numbers
+        per = summary.get("per_arm", {})
+        keys = [k for k in ("mean_abs_dlogprob", "kl", "ratio_mean", "ratio_p05", "entropy", "reward") if k in per]
+        f = Table(title="per arm: mean over steps, then over seeds [95% interval]")
+        for c in ["arm"] + keys:
+            f.add_column(c, overflow="fold")
+        for a in arms:
+            cells = []
+            for k in keys:
+                m = per[k].get(a) or {}
+                v = m.get("mean")
+                lo, hi = m.get("low"), m.get("high")
+                cells.append("-" if v is None else f"{v:.4g}" + (f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""))
+            f.add_row(a, *cells)
+        con.print(f)
         con.print(f"{'FAILED: ' + ', '.join(summary['failed']) if summary['failed'] else 'OK'}; "
                   f"records, figures and report in {args.out}/ (report.md, report.html, steps.jsonl)")
     return 1 if summary["failed"] else 0
