@@ -36,7 +36,8 @@ EXPLAINED = {
     "naive-over-onpolicy": "the seeds' collapse was at 4B parameters over 70 steps; on tiny-rl a weight's BF16 amax "
                            "often does not move in a step, and then the delayed scale equals the engine's and the "
                            "engine's codes are the learner's (the sync claim of naive-fp8 counts the syncs where S2 "
-                           "failed): its mismatch is above on-policy's, not clearly 1.5x",
+                           "failed): its mismatch is above on-policy's, not clearly 1.5x; widening the model 4x "
+                           "(bench/e2e_scaling.py) raised those S2 failures, not the ratio",
     "onpolicy-under-bf16-sampler": "the paper measured the ordering at 8-30B parameters with a quantized KV cache; "
                                    "tiny-rl's KV cache is BF16 in every arm",
 }
