@@ -1,9 +1,11 @@
 """Shared by the tests of engines that quantize the BF16 they receive (rollout.quantization online-per-block /
-online-per-tensor): the config, what a correct BF16 sync sends, the failing findings."""
+online-per-tensor): the config, what a correct BF16 sync sends, a sync into the CPU engine judged by check_sync,
+the failing findings."""
 from dataclasses import replace
 
 from harness.config import recommended_config
 from harness.engines.registry import make_engine
+from harness.integrations.check import check_sync
 
 
 def online_config(quantization: str, model: str = "tiny-dense", tp: int = 1):
@@ -21,3 +23,17 @@ def bf16_masters(cfg, step: int = 1) -> dict:
 
 def fails(findings) -> list:
     return [f for f in findings if f.verdict == "fail"]
+
+
+def synced(cfg, sent: dict, version: int = 1, installed: dict | None = None):
+    """(engine, check_sync findings) after `installed` (default: `sent` itself; a stale tensor in it is a broken
+    sync) went into the CPU reference engine at `version`, judged against `sent`."""
+    eng = make_engine("rollout", "cpu-reference", cfg)
+    eng.install([(n, t, version) for n, t in (sent if installed is None else installed).items()], version)
+    return eng, check_sync(eng, sent, cfg, on_fail="return", version=version)
+
+
+def stale_sync_failures(cfg, name: str) -> list:
+    """The failing findings of a step-2 sync that sends tensor `name` from step 1."""
+    sent, old = bf16_masters(cfg, 2), bf16_masters(cfg, 1)
+    return fails(synced(cfg, sent, 2, {k: old[k] if k == name else t for k, t in sent.items()})[1])

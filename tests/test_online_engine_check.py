@@ -12,7 +12,7 @@ from harness.engines.registry import make_engine
 from harness.integrations.check import check_sync
 from harness.numerics.online import online_engine_state_hf, per_block_cast_to_fp8
 
-from online_engines import bf16_masters, fails, online_config
+from online_engines import bf16_masters, fails, online_config, stale_sync_failures, synced
 
 
 def _online(model="tiny-dense"):
@@ -23,10 +23,7 @@ def _online(model="tiny-dense"):
 @pytest.mark.parametrize("model", ["tiny-dense", "tiny-moe", "tiny-hybrid"])
 def test_a_correct_bf16_sync_into_an_online_engine_is_clean(model):
     cfg = _online(model)
-    sent = bf16_masters(cfg)
-    eng = make_engine("rollout", "cpu-reference", cfg)
-    eng.install([(n, t, 1) for n, t in sent.items()], 1)
-    findings = check_sync(eng, sent, cfg, on_fail="return", version=1)
+    _, findings = synced(cfg, bf16_masters(cfg))
     assert not fails(findings), [(f.invariant_id, f.tensor, f.message) for f in fails(findings)]
     assert {f.invariant_id for f in findings if f.verdict == "pass"} >= {"S1", "S2", "S3", "S4", "S5", "S6", "C10"}
 
@@ -47,11 +44,8 @@ def test_the_expected_state_is_the_fused_parameter_quantized_whole():
 
 def test_a_stale_tensor_in_the_sync_is_caught_by_name():
     cfg = _online()
-    sent, old = bf16_masters(cfg, 2), bf16_masters(cfg, 1)
     n = "model.layers.1.mlp.up_proj.weight"
-    eng = make_engine("rollout", "cpu-reference", cfg)
-    eng.install([(k, old[k] if k == n else t, 2) for k, t in sent.items()], 2)
-    failed = fails(check_sync(eng, sent, cfg, on_fail="return", version=2))
+    failed = stale_sync_failures(cfg, n)
     assert {f.invariant_id for f in failed} >= {"S2", "S4"} and {f.tensor for f in failed if f.invariant_id == "S2"} == {n}
 
 

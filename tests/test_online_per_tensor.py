@@ -13,7 +13,7 @@ from harness.engines.registry import make_engine
 from harness.integrations.check import check_sync
 from harness.numerics.online import online_engine_state_hf, scaled_fp8_quant_per_tensor
 
-from online_engines import bf16_masters, fails, online_config
+from online_engines import bf16_masters, fails, online_config, stale_sync_failures, synced
 
 
 def _cfg(model="tiny-dense", tp=1):
@@ -31,10 +31,7 @@ def _vllm_rule(x: torch.Tensor):
                                       ("tiny-moe", 2)])
 def test_a_correct_bf16_sync_into_a_per_tensor_engine_is_clean(model, tp):
     cfg = _cfg(model, tp)
-    sent = bf16_masters(cfg)
-    eng = make_engine("rollout", "cpu-reference", cfg)
-    eng.install([(n, t, 1) for n, t in sent.items()], 1)
-    findings = check_sync(eng, sent, cfg, on_fail="return", version=1)
+    eng, findings = synced(cfg, bf16_masters(cfg))
     assert not fails(findings), [(f.invariant_id, f.tensor, f.message) for f in fails(findings)]
     assert {f.invariant_id for f in findings if f.verdict == "pass"} >= {"S1", "S2", "S3", "S4", "S5", "S6", "C10"}
     assert eng.record().act_quant == "vllm-per-token"
@@ -86,11 +83,8 @@ def test_an_all_zero_tensor_saturates_as_the_kernel_does():
 
 def test_a_stale_tensor_is_caught_by_name():
     cfg = _cfg()
-    sent, old = bf16_masters(cfg, 2), bf16_masters(cfg, 1)
     n = "model.layers.1.mlp.down_proj.weight"
-    eng = make_engine("rollout", "cpu-reference", cfg)
-    eng.install([(k, old[k] if k == n else t, 2) for k, t in sent.items()], 2)
-    failed = fails(check_sync(eng, sent, cfg, on_fail="return", version=2))
+    failed = stale_sync_failures(cfg, n)
     assert {f.tensor for f in failed if f.invariant_id == "S2"} == {n}
     assert {f.tensor for f in failed if f.invariant_id == "S3"} == {n + "_scale_inv"}
 

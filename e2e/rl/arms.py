@@ -55,7 +55,6 @@ class Arm:
     description: str = ""
 
 
-
 ARMS = {a.name: a for a in (
     Arm("bf16", fp8=False, holds=("S1", "S4", "S5", "S6", "S7"), unknown=("S2", "S3"),
         description="no FP8 anywhere (every linear excluded)"),

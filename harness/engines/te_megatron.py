@@ -21,12 +21,12 @@ import socket
 
 import torch
 
-from ..config import SyncConfig
+from ..config import TRAINER_PRECISIONS, SyncConfig
 from ..formats import te_to_wire
 from ..layouts import scale_name
 from ..record import TrainerRecord
 from .cpu.masters import kv_calibration
-from .cpu.trainer import act_quant_kind, masters_hf, megatron_masters
+from .cpu.trainer import act_quant_kind, is_fp8_gemm, masters_hf, megatron_masters
 
 
 def trainer_env(config: SyncConfig) -> dict[str, str]:
@@ -61,8 +61,8 @@ def _free_port() -> int:
 
 def _is_te_fp8(t) -> bool:
     """A TE quantized tensor: blockwise (`_rowwise_data`) or delayed/current per-tensor (`Float8Tensor._data`)."""
-    return getattr(t, "_rowwise_data", None) is not None or getattr(t, "_data", None) is not None \
-        and getattr(t, "_scale_inv", None) is not None
+    return getattr(t, "_rowwise_data", None) is not None or (
+        getattr(t, "_data", None) is not None and getattr(t, "_scale_inv", None) is not None)
 
 
 def _from_te(t, shape, device="cpu"):
@@ -166,7 +166,7 @@ def device_masters(layout, seed: int, step: int, device="cuda", prev: dict | Non
 
 class MegatronTrainer:
     engine = "megatron-core+transformer-engine"
-    precisions = ("fp8", "fp8-delayed", "bf16")          # trainer.precision values it runs
+    precisions = TRAINER_PRECISIONS          # it runs every trainer.precision
 
     def __init__(self, config: SyncConfig, seed: int = 1234, lr: float = 1e-3, betas: tuple = (0.9, 0.99),
                  eps: float = 1e-8, weight_decay: float = 0.0, max_grad_norm: float | None = 1.0):
@@ -283,7 +283,7 @@ class MegatronTrainer:
                 self.model.eval()
                 self._forward(torch.zeros(1, 64, dtype=torch.long, device="cuda"))
             self._fresh = True
-        fp8 = self.layout.fp8_megatron if self.config.trainer_fp8 else frozenset()
+        fp8 = frozenset(n for n in self.layout.fp8_megatron if is_fp8_gemm(self.config, n))
         out, self.sources = megatron_fp8_weights(self.model, self.layout,
                                                  device="cuda" if self.config.trainer.device else "cpu", fp8=fp8)
         return out

@@ -3,8 +3,8 @@
 (`online-per-tensor`: `quantization="fp8"`; `online-per-block`: `"fp8_per_block"`), or BF16 (`none`).
 
 The engine starts from dummy weights with `quantization_config` from the SyncConfig (block shape, exclusion set
-as `ignored_layers`; none for the other three) and fp8check's worker extension (harness.engines.vllm_extension: the same methods a user's
-own engine gets with one engine argument), and receives syncs through vLLM's own layerwise reload
+as `ignored_layers`; none for the other three) and fp8check's worker extension (harness.engines.vllm_extension:
+the same methods a user's own engine gets with one engine argument), and receives syncs through vLLM's own layerwise reload
 (`worker.model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`). Everything it reports is
 read back from the workers: parameter bytes and digests, data pointers, how many times each layer's
 `process_weights_after_loading` ran. Reading never changes engine state.
@@ -21,7 +21,7 @@ from copy import copy
 
 import torch
 
-from ..config import SyncConfig
+from ..config import ENGINE_QUANTIZATION, SyncConfig
 from ..layouts import engine_module, rank_name, weight_of_scale
 from ..numerics.settings import read_settings
 from ..record import EngineRecord, Generation, KVScale, Outputs, ServingState, UpdateRecord, WakeEvent
@@ -112,7 +112,7 @@ def _kv(d: dict) -> dict:
 class VLLMEngine:
     """One vLLM engine in this process (the remote wrapper runs it inside a Ray actor)."""
     engine = "vllm-0.26"
-    quantizations = ("checkpoint", "online-per-tensor", "online-per-block", "none")   # rollout.quantization
+    quantizations = ENGINE_QUANTIZATION     # it serves every rollout.quantization
     knobs = frozenset(("post_process_repeats", "detach_on_install", "kv_scale_placeholder", "realloc_buffer",
                        "keep_prefix_cache", "logit_scale"))
 

@@ -16,6 +16,8 @@ its BF16 masters, and `load(items)`, the engine's checkpoint-format loader (vLLM
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 
@@ -48,22 +50,15 @@ def fp8check_trainer(fp8check_config):
     return t
 
 
-# live engines, one per distinct configuration, started when a test first needs it and kept for the session: a vLLM
-# start is about 30 s, and an engine starting while another process frees GPU memory fails vLLM's memory profiling
-# ("Error in memory profiling"), which closing one engine per test provoked on the H200
-_LIVE: dict = {}
-
-
-def _live_key(config) -> str:
-    import json
-    return json.dumps(config.to_dict(), sort_keys=True, default=str)
-
-
 @pytest.fixture(scope="session")
 def _fp8check_live_engines():
-    yield _LIVE
-    while _LIVE:
-        _LIVE.popitem()[1].close()
+    """Live engines by configuration, started when a test first needs one and kept for the session: a vLLM start is
+    about 30 s, and an engine starting while another process frees GPU memory fails vLLM's memory profiling
+    ("Error in memory profiling"), which closing one engine per test provoked on the H200."""
+    engines: dict = {}
+    yield engines
+    while engines:
+        engines.popitem()[1].close()
 
 
 @pytest.fixture
@@ -71,7 +66,7 @@ def fp8check_engine(request, fp8check_config):
     if request.config.getoption("--fp8check-live"):
         from harness.engines.remote import Remote
         live = request.getfixturevalue("_fp8check_live_engines")
-        key = _live_key(fp8check_config)
+        key = json.dumps(fp8check_config.to_dict(), sort_keys=True, default=str)
         if key not in live:
             live[key] = Remote("rollout", "vllm", fp8check_config, ray=True, num_gpus=0.05)
         yield live[key]           # every sync poisons it first: a test never sees the previous one's weights

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ...config import SyncConfig
+from ...config import TRAINER_PRECISIONS, SyncConfig
 from ...layouts import scale_name
 from ...numerics.forward import NamedActQuant, Weights, act_quant, logits, prompts_logprobs
 from ...record import TrainerRecord
@@ -56,7 +56,7 @@ def straight_through_quantizer(quant):
 
 class CpuLearner:
     engine = "cpu-learner"
-    precisions = ("fp8", "fp8-delayed", "bf16")          # trainer.precision values it runs
+    precisions = TRAINER_PRECISIONS          # it runs every trainer.precision
 
     def __init__(self, config: SyncConfig, *, lr: float = 1e-3, betas: tuple = (0.9, 0.99), eps: float = 1e-8,
                  weight_decay: float = 0.0, max_grad_norm: float | None = 1.0):

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import torch
 
-from ...config import SyncConfig, matches_any
+from ...config import ENGINE_QUANTIZATION, SyncConfig, matches_any
 from ...digest import state_digest
 from ...formats.bytes import poison_
 from ...layouts import (Piece, covers_whole, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
@@ -139,7 +139,7 @@ class _LayerwiseReload:
 
 class ReferenceRollout(ServingMirror):
     engine = "cpu-reference-vllm"
-    quantizations = ("checkpoint", "online-per-tensor", "online-per-block", "none")   # rollout.quantization
+    quantizations = ENGINE_QUANTIZATION     # it serves every rollout.quantization
     in_process_wire = True      # receives in the sender's process (the pipeline's digest check may use that)
     DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None,
                      "kv_scale_placeholder": None, "realloc_buffer": False, "keep_prefix_cache": False,
