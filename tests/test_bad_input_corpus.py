@@ -357,6 +357,29 @@ def test_bad_command_lines(tmp_path, argv, needle):
     assert_clean_failure(rc, err, needle)
 
 
+@pytest.mark.parametrize("argv", [["e2e", "--engine", "live", "--steps", "2"], ["live", "--model", "tiny-dense"]])
+@pytest.mark.parametrize("missing", ["ray", "vllm"])
+def test_a_gpu_machine_without_the_gpu_extras_is_one_line(tmp_path, monkeypatch, argv, missing):
+    """A CUDA machine missing Ray or vLLM (met on the H200 when its environment was not loaded: `fp8check e2e
+    --engine live` said "internal error: ModuleNotFoundError: No module named 'ray'")."""
+    import builtins
+    import torch
+    real_import = builtins.__import__
+
+    def fake_import(name, *a, **k):
+        if name.split(".")[0] == missing:
+            raise ModuleNotFoundError(f"No module named '{missing}'", name=missing)
+        return real_import(name, *a, **k)
+    import sys
+    import types
+    for present in {"ray", "vllm"} - {missing}:      # this CPU machine has neither: the other one stands in
+        monkeypatch.setitem(sys.modules, present, sys.modules.get(present) or types.ModuleType(present))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    rc, _, err = run(argv + ["--out", str(tmp_path / "o")])
+    assert_clean_failure(rc, err, f"{missing} is not installed", "pip install '.[gpu]'")
+
+
 def test_piping_into_head_exits_quietly():
     import subprocess
     import sys
@@ -367,5 +390,5 @@ def test_piping_into_head_exits_quietly():
 
 
 def test_corpus_size():
-    n = len(MANIFEST_CASES) + 8 + 2 + 5 + 1 + 20 + len(JOB_CASES) + len(MODEL_CONFIGS) + 19
+    n = len(MANIFEST_CASES) + 8 + 2 + 5 + 1 + 20 + len(JOB_CASES) + len(MODEL_CONFIGS) + 19 + 4
     assert n >= 200, n

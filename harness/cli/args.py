@@ -81,3 +81,18 @@ def out_file(path: str | None, what: str) -> str | None:
     if not os.access(d, os.W_OK):
         raise UsageError(f"{what} {path}: directory {d} is not writable")
     return path
+
+
+def require_gpu_stack(command: str, cpu_hint: str):
+    """The live engines' stack is here (a CUDA GPU, Ray for the engine workers, vLLM), else one line naming what is
+    missing and what to run instead."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError(f"{command} needs an NVIDIA GPU with vLLM, Transformer Engine, Megatron-Core and Ray "
+                             f"installed (pip install '.[gpu]'); {cpu_hint}")
+        import ray  # noqa: F401
+        import vllm  # noqa: F401
+    except ImportError as e:
+        raise UsageError(f"{command} needs the GPU extras ({e.name} is not installed): pip install '.[gpu]'; "
+                         f"{cpu_hint}") from None

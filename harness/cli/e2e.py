@@ -106,13 +106,8 @@ def run(args) -> int:
         except MissingMatplotlib as e:
             raise UsageError(str(e)) from None
     if args.engine == "live":
-        try:
-            import torch
-            if not torch.cuda.is_available():
-                raise UsageError("--engine live needs an NVIDIA GPU with the GPU extras (pip install '.[gpu]'); the "
-                                 "default --engine cpu runs the same loop on the CPU engines")
-        except ImportError:
-            raise UsageError("--engine live needs torch with CUDA") from None
+        from .args import require_gpu_stack
+        require_gpu_stack("--engine live", "the default --engine cpu runs the same loop on the CPU engines")
         missing = missing_rl_surface("live")
         if missing:
             raise UsageError(f"--engine live: the registered GPU engines lack {', '.join(missing)} (the RL methods "
@@ -203,9 +198,9 @@ def _print(args, arms, claims, summary, meta) -> int:
             cells = []
             for k in keys:
                 m = per[k].get(a) or {}
-                v = m.get("mean")
-                lo, hi = m.get("low"), m.get("high")
-                cells.append("-" if v is None else f"{v:.4g}" + (f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""))
+                v, lo, hi = m.get("mean"), m.get("low"), m.get("high")
+                interval = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
+                cells.append("-" if v is None else f"{v:.4g}{interval}")
             f.add_row(a, *cells)
         con.print(f)
         con.print(f"{'FAILED: ' + ', '.join(summary['failed']) if summary['failed'] else 'OK'}; "

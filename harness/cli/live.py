@@ -21,18 +21,10 @@ def _count(minimum):
 
 def run(args) -> int:
     from ..errors import UsageError
-    from .args import build_config, out_file
+    from .args import build_config, out_file, require_gpu_stack
     out_file(args.out, "--out")
     config = build_config(args)
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            raise UsageError("live needs an NVIDIA GPU with vLLM, Transformer Engine, Megatron-Core and Ray installed "
-                             "(pip install '.[gpu]'); use `fp8check faults` / `snapshot` on CPU")
-        import ray  # noqa: F401
-        import vllm  # noqa: F401
-    except ImportError as e:
-        raise UsageError(f"live needs the GPU extras ({e.name} is not installed): pip install '.[gpu]'") from None
+    require_gpu_stack("live", "use `fp8check faults` / `snapshot` on CPU")
     if not config.spec.live:
         raise UsageError(f"--model {config.model}: CPU reference only (vLLM 0.26 serves Qwen3.5 only as a multimodal "
                          f"model; live: tiny-dense, tiny-moe and {', '.join(LIVE_ARCHITECTURES)} configs without "
