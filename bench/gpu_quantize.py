@@ -83,6 +83,10 @@ def _entries(tune: bool):
             for s in (16, 32, 64):
                 out[f"tune triton_fp32 num_warps={w} slice_rows={s}"] = lambda x, w=w, s=s: launch(
                     x, num_warps=w, slice_rows=s)
+        for w in (8, 16, 32):          # slice_rows=128: the whole block as one tile, read once
+            for s in (128,):
+                out[f"tune triton_fp32 num_warps={w} slice_rows={s}"] = lambda x, w=w, s=s: launch(
+                    x, num_warps=w, slice_rows=s)
     return out
 
 

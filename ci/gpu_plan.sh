@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 6)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 21)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
@@ -30,6 +30,10 @@
 #      on-policy seeds 0-1, the seeds' naive arm seeds 0-1, BF16 seed 0
 #  17  the same for seed 2 of on-policy and naive (`fp8check e2e --merge` joins the parts on any machine)
 #  18  `fp8check live` dense with every live fault, then the user-engine tests
+#  19  the 2026-12-02 (third) session: `fp8check e2e --engine live` on-policy seeds 0-2, the seeds' naive arm 0-1
+#  20  the naive arm's seed 2, `fp8check live` dense with every live fault, the user-engine tests
+#  21  the quantizer bench (the one-read whole-block tile among the knobs), the sync bench on Qwen3-8B shapes cut
+#      to 12 layers (with and without S7's re-sync, where capture's and the checks' time goes)
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -110,6 +114,11 @@ bench_quantize() {
     > "$R/bench/quantize.txt" 2>&1
   log "bench quantize: rc $? $(grep -E '^(triton|TE|te_|clone|digest)' "$R/bench/quantize.txt" | tr '\n' ' ' | cut -c1-900)"
 }
+bench_sync() {   # bench_sync MODEL: the device sync path, the catalog's share of it (bench/gpu_bench.py --sync)
+  mkdir -p "$R/bench"; timeout "$(cap 420)" python3 bench/gpu_bench.py --sync "$1" --layers "${SYNC_LAYERS:-12}" \
+    --out "$R/bench/sync-$1.json" > "$R/bench/sync-$1.txt" 2>&1
+  log "bench sync $1: rc $? $(grep -E '^(sync|  )' "$R/bench/sync-$1.txt" | cut -c1-700 | tr '\n' ' ')"
+}
 case $CALL in
   1) phase numerics 300; phase conformance-dense 420 ;;
   2) phase conformance-moe 420; phase live 500 ;;
@@ -136,7 +145,10 @@ case $CALL in
   16) e2e_part onpolicy-fp8 0 2 230; e2e_part naive-fp8 0 2 230; e2e_part bf16 0 1 130 ;;
   17) e2e_part onpolicy-fp8 2 1 140; e2e_part naive-fp8 2 1 140 ;;
   18) live_cli dense; phase user 200 ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 18, got $CALL" >&2; exit 2 ;;
+  19) e2e_part onpolicy-fp8 0 3 330; e2e_part naive-fp8 0 2 230 ;;
+  20) e2e_part naive-fp8 2 1 140; live_cli dense; phase user 200 ;;
+  21) bench_quantize; bench_sync qwen3-8b ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 21, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"

@@ -5,6 +5,7 @@ that raises, or lacks what it needs, reports unknown with the reason, never pass
 """
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -147,8 +148,8 @@ def run_invariant(inv: Invariant, ctx: CheckContext) -> list[Finding]:
 
 
 def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: Iterable[str] | None = None,
-                static_only: bool = False, force: bool = True) -> list[Finding]:
-    """Run the selected invariants. `static_only`: only the rules over the config and the job (no snapshots).
+                static_only: bool = False, force: bool = True, timings: dict | None = None) -> list[Finding]:
+    """Run the selected invariants. `timings`: filled with each invariant's seconds (where a catalog's time goes). `static_only`: only the rules over the config and the job (no snapshots).
     Job rules run when the context carries a job (preflight); elsewhere there is no job config to judge.
     `force`: ids named in `ids` run even where their condition does not exist in this configuration (a user asked
     for them); False makes `ids` a selection only (a caller's default set)."""
@@ -169,7 +170,10 @@ def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: I
             continue
         if fams is not None and inv.family not in fams:
             continue
+        t0 = time.perf_counter()
         out += run_invariant(inv, ctx)
+        if timings is not None:
+            timings[inv.id] = timings.get(inv.id, 0.0) + time.perf_counter() - t0
     return out
 
 

@@ -115,8 +115,8 @@ if triton is not None:
                           MAX_BITS: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr,
                           HW_CAST: tl.constexpr):
         """One program: ROWS rows x BK columns.  BN == 1: ROWS blocks of one row, one pass.  BN > 1 (ROWS == BN):
-        one block, read in SUB-row slices twice (amax, then quantize; the second read hits L1/L2), because a
-        whole 128x128 tile held in registers spills."""
+        one block, either read in SUB-row slices twice (amax, then quantize; the second read hits L1/L2: a whole
+        128x128 tile in registers spills at 8 warps) or, with SUB == ROWS, held as one tile and read once."""
         pid = tl.program_id(0)
         col = pid % gk
         rest = pid // gk
@@ -137,6 +137,15 @@ if triton is not None:
             codes = _fp8_codes(y, HW_CAST, MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE)
             tl.store(q_tile + (r[:, None] * K + c_in[None, :]), codes, mask=mask)
             tl.store(s_ptr + (b * gn + row0 + r) * gk + col, scale_inv, mask=row_ok & (row0 + r < N))
+        elif SUB == ROWS:     # the whole block in one tile: read once (the bench tries it against the slices)
+            r = tl.arange(0, SUB)
+            bits, mask = _load_bits(x_tile, r, c_in, row0, N, K, col0, sxn, sxk, r < ROWS, IN_KIND, BK)
+            amax_bits = tl.max(tl.max(_abs_bits(bits), axis=1), axis=0)
+            scale, scale_inv = _scale(amax_bits, eps, USE_EPS, POW2, FP8_MAX, INPUT_MAX)
+            y = bits.to(tl.float32, bitcast=True) * scale
+            codes = _fp8_codes(y, HW_CAST, MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE)
+            tl.store(q_tile + (r[:, None] * K + c_in[None, :]), codes, mask=mask)
+            tl.store(s_ptr + (b * gn + rt) * gk + col, scale_inv)
         else:
             amax_bits = tl.zeros((SUB,), tl.int32)
             for r0 in tl.range(0, ROWS, SUB):

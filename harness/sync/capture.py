@@ -11,10 +11,10 @@ fetched), and both say which parameters a second install of the same payload cha
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
-
-from ..digest import state_digest
+from ..digest import state_digests
 from ..bitview import bits_equal
 from ..layouts import LayoutError
 from ..numerics.expected import expected_engine_state
@@ -29,6 +29,7 @@ class Captured:
     fetched: int             # parameters moved from the engine to the host
     params: int              # parameters the engine holds
     mismatching: list        # DigestFirst: parameters whose digest differed (first 20 kept by callers)
+    seconds: dict = field(default_factory=dict)   # where the capture's time went (engine digests, expected, ...)
 
 
 class FullRead:
@@ -70,18 +71,26 @@ class DigestFirst:
     name = "digest-first"
 
     def capture(self, config, rollout, trainer_hf, record) -> Captured:
+        t0 = time.perf_counter()
         got = rollout.state_digests()
+        t1 = time.perf_counter()
         try:
             expected = expected_engine_state(config, trainer_hf, record.post_load)
         except (LayoutError, KeyError, ValueError, RuntimeError):
             expected = {}               # the trainer's export does not fit the layout: read everything
-        mismatch = sorted(k for k in got if k not in expected or state_digest(expected[k]) != got[k])
+        t2 = time.perf_counter()
+        # one batch: on a GPU the expected side's digests cost one host copy, not one per parameter
+        want = state_digests({k: expected[k] for k in got if k in expected})
+        mismatch = sorted(k for k in got if want.get(k) != got[k])
+        t3 = time.perf_counter()
         fetched = rollout.kernel_tensors(mismatch) if mismatch else {}
         # fetched tensors join the expected ones where those live (the trainer's GPU on the device path)
         fetched = {k: (t.to(expected[k].device) if k in expected else t) for k, t in fetched.items()}
         # a mismatching parameter with no bytes (left on the meta device) stays out; the record names it (S1)
         tensors = {k: fetched[k] if k in mismatch else expected[k] for k in got if k not in mismatch or k in fetched}
-        return Captured(tensors, len(fetched), len(got), mismatch)
+        seconds = {"engine_digests": t1 - t0, "expected_state": t2 - t1, "expected_digests": t3 - t2,
+                   "fetch": time.perf_counter() - t3}
+        return Captured(tensors, len(fetched), len(got), mismatch, seconds)
 
     def fingerprint(self, rollout) -> dict:
         return rollout.state_digests()

@@ -191,6 +191,9 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     t2 = time.perf_counter()
     record: EngineRecord = rollout.record()
     got: Captured = capture.capture(config, rollout, trainer_hf, record)
+    t["capture"] = time.perf_counter() - t2
+    t.update({f"capture.{k}": v for k, v in got.seconds.items()})
+    t5 = time.perf_counter()
     if resync and not errors:
         # idempotence (S7): installing the same payload again must leave every kernel tensor unchanged
         before = capture.before_resync(rollout, got)
@@ -200,7 +203,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         except Exception as e:  # noqa: BLE001
             record.resync = Resync(error=str(e))
     record.version, record.errors, record.poisoned = version, errors, poison
-    t["capture"] = time.perf_counter() - t2
+    if resync and not errors:           # the idempotence probe: one more install, by definition as dear as one
+        t["resync"] = time.perf_counter() - t5
     res = SyncResult(config, version, sent, received, report,
                      Snapshot("trainer", dict(trainer_hf), replace(trecord, fp8_param=config.trainer.fp8_param)),
                      Snapshot("rollout", got.tensors, record), payload_snapshot(received, report),
@@ -220,8 +224,10 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     if checks:
         from invariants import run_catalog
         t4 = time.perf_counter()
-        res.findings = run_catalog(res.context(probe_bounds), ids=check_ids)
+        by_id: dict = {}
+        res.findings = run_catalog(res.context(probe_bounds), ids=check_ids, timings=by_id)
         t["checks"] = time.perf_counter() - t4
+        t.update({f"check.{k}": v for k, v in by_id.items()})
     res.seconds = {k: round(v, 4) for k, v in t.items()}
     if mem is not None:                  # what capture and checks added on top, in this process's GPU memory
         import torch

@@ -59,6 +59,8 @@ def test_triton_quantizer_layouts_on_gpu():
              (w.float(), lambda t: t[-1], {"fp8_dtype": torch.float8_e5m2}), (big, same, {}),
              (big, same, {"pow2": True, "block_shape": (1, 128)}),
              (w, lambda t: t[0], {"num_warps": 4, "slice_rows": 64}),
+             (w, same, {"num_warps": 16, "slice_rows": 128}), (big, same, {"num_warps": 32, "slice_rows": 128,
+                                                                           "pow2": True}),
              (w, lambda t: t[0], {"block_shape": (1, 128), "rows_per_program": 8, "num_warps": 2}),
              # the integer fp8 encoder (the interpreter's build) on the GPU too: both builds give the same bytes
              (w, same, {"hw_cast": False}), (w.float(), lambda t: t[-1], {"fp8_dtype": torch.float8_e5m2,
