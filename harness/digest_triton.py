@@ -1,14 +1,23 @@
 """The state digest of `harness.digest` as a Triton kernel (CUDA tensors; CPU tensors under TRITON_INTERPRET=1).
 
-Each program reads BLOCK words once, whitens them (fmix32), computes its multipliers in-kernel from the word
-indices (no tables, no int64 copy of the tensor) and writes one uint32 partial sum per lane; partial sums of all
-tensors of a batch are reduced on the device (no host sync per tensor) and copied to the host once.
-Word-aligned tensors are read as uint32 words (whole blocks unmasked, then the last partial block and the last
-partial word as two tiny launches; the sums add); tensors whose bytes do not start on a 4-byte boundary are read
-as bytes and assembled into words in-kernel (same words, so the same sums).  uint32 arithmetic wraps mod 2^32 on
-the GPU and in the interpreter alike.
+A pointer table, so that a whole engine's parameters (147 to 3127 tensors) cost two launches, not one to three
+Python launches per tensor.  The batch is cut into pieces (`plan`): the whole words of each tensor whose bytes
+start on a 4-byte boundary (word pieces), and, read as bytes and assembled into words in-kernel, a tensor that
+does not start on one or the last partial word of one that does (byte pieces; same words, so the same sums).
+One int64 row per piece -- source address, units (words or bytes), first program, first word index, tensor,
+programs -- goes to the device in one copy; one launch covers all word pieces, one all byte pieces.  Program p reads its
+piece's index from a per-program array (`repeat_interleave` on the device: no search in the kernel), casts the
+loaded address to a pointer (the grouped-GEMM tutorial's pattern; Triton's interpreter runs it too, so the CPU
+suite tests this very path), reads BLOCK words once (masked by the piece's size), whitens them (fmix32),
+computes its multipliers in-kernel from the word indices (no tables, no int64 copy of the tensor) and writes one
+uint32 partial sum per lane.  The partial sums are added per tensor on the device (index_add_ into int64: exact,
+then mod 2^32) and copied to the host once.  uint32 arithmetic wraps mod 2^32 on the GPU and in the interpreter.
+An address loaded from the table is only known to be 4-byte aligned, so its loads are not vectorized the way a
+kernel argument's are (no alignment hint is given: a wrong one faults); the launches saved are the point.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -23,6 +32,7 @@ except ImportError as _e:
     _IMPORT_ERROR = _e
 
 BLOCK = 4096                   # words per program
+ROW = 6                        # a table row: address, units, first program, first word, tensor, programs
 
 if triton is not None:
     @triton.jit
@@ -36,31 +46,41 @@ if triton is not None:
 
     @triton.jit
     def _lane(f, lo, hi, KEY: tl.constexpr):
-        c = _fmix32(hi ^ KEY) ^ KEY                   # per program: hi32(i) is constant over a block
+        c = _fmix32(hi ^ KEY) ^ KEY                   # hi32(i): one scalar per block unless CROSS
         m = (_fmix32(lo ^ c) << 1) | 1
         return tl.sum(f * m, axis=0)
 
     @triton.jit
-    def _digest_kernel(src_ptr, part_ptr, n_units, base_word, BLOCK: tl.constexpr, BYTES: tl.constexpr,
-                       MASKED: tl.constexpr):
-        """Partial lane sums of words [base_word + pid*BLOCK, +BLOCK).  BYTES: src is uint8 and n_units counts
-        bytes (zero padding of the last word comes from the load mask); else src is int32 words.  MASKED=False
-        for whole blocks: unmasked loads vectorize whatever n_units is."""
-        pid = tl.program_id(0).to(tl.int64)
-        w_idx = pid * BLOCK + tl.arange(0, BLOCK)
+    def _table_kernel(table_ptr, piece_ptr, part_ptr, pid0, ROW: tl.constexpr, BLOCK: tl.constexpr,
+                      BYTES: tl.constexpr, CROSS: tl.constexpr):
+        """Partial lane sums of program pid0 + program_id: block k of its piece, words [first + k*BLOCK, +BLOCK).
+        BYTES: the piece's units are bytes (zero padding of the last word comes from the load mask); else int32
+        words.  CROSS: some block of this launch straddles a multiple of 2^32 (a base word that is not a multiple
+        of BLOCK; tests only), so hi32 is taken per word instead of once per block."""
+        pid = pid0 + tl.program_id(0).to(tl.int64)
+        row = table_ptr + tl.load(piece_ptr + pid) * ROW
+        addr = tl.load(row)
+        n_units = tl.load(row + 1)
+        k = pid - tl.load(row + 2)                     # block of the piece
+        first = tl.load(row + 3) + k * BLOCK
+        w_idx = k * BLOCK + tl.arange(0, BLOCK)
         if BYTES:
+            src = addr.to(tl.pointer_type(tl.uint8))
             lane = tl.arange(0, 4)
             boff = w_idx[:, None] * 4 + lane[None, :]
-            b = tl.load(src_ptr + boff, mask=boff < n_units, other=0).to(tl.uint32)
+            b = tl.load(src + boff, mask=boff < n_units, other=0).to(tl.uint32)
             w = tl.sum(b << (lane * 8).to(tl.uint32)[None, :], axis=1)      # disjoint bits: sum == or
-        elif MASKED:
-            w = tl.load(src_ptr + w_idx, mask=w_idx < n_units, other=0).to(tl.uint32, bitcast=True)
         else:
-            w = tl.load(src_ptr + w_idx).to(tl.uint32, bitcast=True)
+            src = addr.to(tl.pointer_type(tl.int32))
+            w = tl.load(src + w_idx, mask=w_idx < n_units, other=0).to(tl.uint32, bitcast=True)
         f = _fmix32(w)
-        first = base_word + pid * BLOCK
-        hi = (first >> 32).to(tl.uint32)
-        lo = ((first & 0xFFFFFFFF) + tl.arange(0, BLOCK)).to(tl.uint32)   # a block never crosses 2^32
+        if CROSS:
+            idx = first + tl.arange(0, BLOCK)
+            hi = (idx >> 32).to(tl.uint32)
+            lo = (idx & 0xFFFFFFFF).to(tl.uint32)
+        else:
+            hi = (first >> 32).to(tl.uint32)
+            lo = ((first & 0xFFFFFFFF) + tl.arange(0, BLOCK)).to(tl.uint32)   # the block stays below 2^32
         out = part_ptr + pid * 4
         tl.store(out + 0, _lane(f, lo, hi, 0x9E3779B9).to(tl.int32, bitcast=True))
         tl.store(out + 1, _lane(f, lo, hi, 0x85EBCA6B).to(tl.int32, bitcast=True))
@@ -68,24 +88,18 @@ if triton is not None:
         tl.store(out + 3, _lane(f, lo, hi, 0x27D4EB2F).to(tl.int32, bitcast=True))
 
 
-def _launches(b: torch.Tensor, base_word: int = 0):
-    """(source, units, base word, BYTES, MASKED) launches covering the byte tensor b, whose first byte is byte
-    4 * base_word of the tensor: whole blocks of words, the last partial block, the last partial word."""
+def _pieces(b: torch.Tensor, base_word: int):
+    """(source, units, first word index, BYTES) pieces of the byte tensor b: its whole words, then its last
+    partial word; all of it as bytes where it does not start on a 4-byte boundary."""
     n = b.numel()
     if n == 0:
         return []
     if b.data_ptr() % 4:
-        return [(b, n, base_word, True, True)]
+        return [(b, n, base_word, True)]
     n4 = n // 4
-    full = n4 // BLOCK * BLOCK
-    words = b[:4 * n4].view(torch.int32)
-    out = []
-    if full:
-        out.append((words[:full], full, base_word, False, False))
-    if n4 > full:
-        out.append((words[full:], n4 - full, base_word + full, False, True))
+    out = [(b, n4, base_word, False)] if n4 else []
     if n % 4:
-        out.append((b[4 * n4:], n % 4, base_word + n4, True, True))
+        out.append((b[4 * n4:], n % 4, base_word + n4, True))
     return out
 
 
@@ -94,26 +108,63 @@ def _programs(units: int, as_bytes_: bool) -> int:
     return -(-words // BLOCK)
 
 
+def _crosses(first: int, programs: int) -> bool:
+    """Whether a block of words [first + k*BLOCK, +BLOCK), k < programs, straddles a multiple of 2^32."""
+    boundary = ((first >> 32) + 1) << 32
+    return first % BLOCK != 0 and boundary < first + programs * BLOCK
+
+
+def plan(tensors: list, base_word: int = 0):
+    """(launches, rows, sources): launches = [(BYTES, CROSS, first program, programs)], at most one per BYTES
+    whatever the number of tensors; rows = one [address, units, first program, first word, tensor, programs]
+    per piece, word pieces first; sources = the byte tensors the addresses point into (alive until the kernels are
+    enqueued: `as_bytes` copies a strided tensor)."""
+    sources, by_kind = [], {False: [], True: []}
+    for ti, t in enumerate(tensors):
+        b = as_bytes(t)
+        sources.append(b)
+        for src, units, first, byt in _pieces(b, base_word):
+            by_kind[byt].append((src.data_ptr(), units, first, ti, _programs(units, byt)))
+    launches, rows, start = [], [], 0
+    for byt in (False, True):
+        group = by_kind[byt]
+        if not group:
+            continue
+        begin, cross = start, False
+        for addr, units, first, ti, p in group:
+            rows.append([addr, units, start, first, ti, p])
+            cross = cross or _crosses(first, p)
+            start += p
+        launches.append((byt, cross, begin, start - begin))
+    return launches, rows, sources
+
+
 def lane_sums_batched(tensors: list, base_word: int = 0) -> list:
-    """[(S_0, S_1, S_2, S_3)] for each tensor (all on one device); one host copy for the whole batch.
-    `base_word` offsets the word indices (tests reach indices >= 2^32 with it)."""
+    """[(S_0, S_1, S_2, S_3)] for each tensor (all on one device); one copy to the device (the table), at most
+    two launches, one copy to the host for the whole batch.  `base_word` offsets the word indices (tests reach
+    indices >= 2^32 with it)."""
     if triton is None:
         raise ImportError(f"harness.digest_triton needs Triton ({_IMPORT_ERROR})")
     if not tensors:
         return []
     device = tensors[0].device
-    plan = [(ti, l) for ti, t in enumerate(tensors) for l in _launches(as_bytes(t), base_word)]
-    if not plan:                                             # only empty tensors
+    launches, rows, sources = plan(tensors, base_word)
+    if not launches:                                         # only empty tensors
         return [(0, 0, 0, 0)] * len(tensors)
-    counts = [_programs(units, byt) for _, (_, units, _, byt, _) in plan]
-    parts = torch.empty((sum(counts), 4), dtype=torch.int32, device=device)
-    spans = [[0, 0] for _ in tensors]                        # each tensor's rows of `parts` are contiguous
-    row = 0
-    for (ti, (src, units, base, byt, masked)), p in zip(plan, counts):
-        _digest_kernel[(p,)](src, parts[row:row + p], units, base, BLOCK=BLOCK, BYTES=byt, MASKED=masked,
-                             num_warps=8)
-        spans[ti] = [spans[ti][0] if spans[ti][1] else row, row + p]
-        row += p
+    host = torch.tensor(rows, dtype=torch.int64)
+    if device.type == "cuda":
+        host = host.pin_memory()
+    table = host.to(device, non_blocking=True)               # the batch's one host-to-device copy
+    total = launches[-1][2] + launches[-1][3]
+    piece = torch.repeat_interleave(torch.arange(len(rows), device=device), table[:, 5], output_size=total)
+    parts = torch.empty((total, 4), dtype=torch.int32, device=device)
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        for byt, cross, begin, programs in launches:          # Triton launches on the current device
+            _table_kernel[(programs,)](table, piece, parts, begin, ROW=ROW, BLOCK=BLOCK, BYTES=byt,
+                                       CROSS=cross, num_warps=8)
     wide = parts.to(torch.int64) & MASK32                    # uint32 partials; a sum of < 2^31 of them fits
-    sums = torch.stack([wide[a:b].sum(0) if b > a else wide.new_zeros(4) for a, b in spans])
+    sums = torch.zeros((len(tensors), 4), dtype=torch.int64, device=device)
+    sums.index_add_(0, table[:, 4][piece], wide)
+    del sources                                              # the kernels are enqueued
     return [tuple(int(v) & MASK32 for v in r) for r in sums.cpu().tolist()]
+

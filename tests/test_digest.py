@@ -174,3 +174,89 @@ def test_triton_kernel_gives_the_same_sums():
     t = torch.randn(2 * dt.BLOCK + 7)
     for base in ((1 << 32) - dt.BLOCK, 3 << 32):                     # word indices crossing / past 2^32
         assert dt.lane_sums_batched([t.to(device)], base_word=base) == [py_lane_sums(py_bytes(t), base)]
+
+
+def _load_kernel():
+    try:
+        from triton_interp import load
+    except ImportError:
+        from tests.triton_interp import load
+    return load("harness.digest_triton")
+
+
+def _mixed_batch(n: int, block: int):
+    """n tensors cycling through the dtypes and layouts the engines hold: fp8, bf16, fp32, int8, uint8; empty,
+    odd byte counts, strided views, storage offsets that are not multiples of 4, a few spanning several
+    programs (partial last block)."""
+    g = torch.Generator().manual_seed(1)
+    raw = torch.randint(0, 256, (4 * block + 64,), dtype=torch.uint8, generator=g)
+    f = lambda k: torch.randn(k, generator=g)                         # noqa: E731
+    makers = [
+        lambda i: f(3 * i + 1).to(torch.float8_e4m3fn),                # odd sizes, aligned start
+        lambda i: f(2 * i + 2).bfloat16()[1:],                         # storage offset 2 bytes
+        lambda i: f(i + 1),
+        lambda i: raw[i % 7: i % 7 + 2 * i + 1].view(torch.int8),      # offsets 0..6, odd lengths
+        lambda i: raw[:4 * i],                                         # whole words
+        lambda i: f(4 * (i + 2)).reshape(4, -1).t(),                   # strided: as_bytes copies
+        lambda i: torch.zeros(0, dtype=(torch.bfloat16, torch.uint8)[i % 2]),
+        lambda i: f(9 * (i + 1)).to(torch.float8_e4m3fn)[3::2],        # strided fp8
+        lambda i: raw[1:1 + 4 * i + 3],                                # unaligned bytes, odd length
+    ]
+    out = [makers[i % len(makers)](i) for i in range(n)]
+    out += [f(block + 5), f(2 * block).bfloat16(), raw[3:3 + 4 * block + 2], f(block // 2 + 1).bfloat16()[1:]]
+    return out
+
+
+def _to(t: torch.Tensor, device: str) -> torch.Tensor:
+    """t on device with the same storage offset and strides (a view of a copied storage), not a fresh copy."""
+    if device == "cpu":
+        return t
+    base = t.untyped_storage()
+    whole = torch.empty(0, dtype=t.dtype).set_(base).to(device)
+    return whole.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def test_triton_pointer_table_many_mixed_tensors_in_one_call():
+    dt, device = _load_kernel()
+    ts = _mixed_batch(60, dt.BLOCK)
+    on = [_to(t, device) for t in ts]
+    assert any(t.storage_offset() * t.element_size() % 4 for t in on)   # the batch has unaligned tensors
+    assert any(t.numel() == 0 for t in on) and any(not t.is_contiguous() for t in on)
+    assert dt.lane_sums_batched(on) == [digest.lane_sums(t) for t in ts]
+    small = [t for t in ts if t.numel() * t.element_size() < 400]
+    on_small = [_to(t, device) for t in small]
+    for base in ((1 << 32) - dt.BLOCK, 3 << 32, (1 << 32) - 37):      # the last one: blocks straddle 2^32
+        assert dt.lane_sums_batched(on_small, base_word=base) == [py_lane_sums(py_bytes(t), base) for t in small]
+    big = torch.randn(2 * dt.BLOCK + 7)
+    base = (1 << 32) - dt.BLOCK - 1000                                 # straddling inside the tensor's 2nd block
+    assert dt.lane_sums_batched([_to(big, device)], base_word=base) == [py_lane_sums(py_bytes(big), base)]
+
+
+def test_triton_launches_per_batch_do_not_grow_with_the_batch(monkeypatch):
+    dt, device = _load_kernel()
+    launches = []
+
+    class Counting:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return self.kernel[grid]
+
+    monkeypatch.setattr(dt, "_table_kernel", Counting(dt._table_kernel))
+    per_batch = {}
+    for n in (1, 7, 80):
+        ts = [torch.randn(16 * (i % 5 + 1)) for i in range(n)]
+        launches.clear()
+        assert dt.lane_sums_batched([t.to(device) for t in ts]) == [digest.lane_sums(t) for t in ts]
+        per_batch[n] = len(launches)
+        assert len(dt.plan(ts)[0]) == per_batch[n]
+    assert per_batch == {1: 1, 7: 1, 80: 1}                              # aligned words: one launch
+    ts = _mixed_batch(100, dt.BLOCK)
+    launches.clear()
+    assert dt.lane_sums_batched([_to(t, device) for t in ts]) == [digest.lane_sums(t) for t in ts]
+    assert len(launches) == 2                                            # words, then bytes
+    launches.clear()
+    assert dt.lane_sums_batched([torch.zeros(0, device=device)] * 3) == [(0, 0, 0, 0)] * 3
+    assert launches == []
