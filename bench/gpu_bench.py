@@ -97,7 +97,8 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict):
               f"{fsh['fraction']:.1%}); checks' extra peak {mem / 2**20:.0f} MiB = "
               f"{res[mode]['extra_peak_fraction_of_payload'] or 0:.1%} of the payload (target 5 %); fired "
               f"{best['fired']} unknown {best['unknown']}")
-        print(f"          {_breakdown(best)}")
+        print(f"          {_breakdown(best)}; extra peak: capture {best.get('capture_extra_peak_bytes', 0) / 2**20:.0f} "
+              f"MiB, checks {best.get('checks_extra_peak_bytes', 0) / 2**20:.0f} MiB")
     print("          [bounds: install = vLLM's layerwise reload reading IPC-mapped buckets; re-sync = one more "
           "install; capture = digests (one HBM read per side) + per-tensor Python; floor: reading the payload "
           "once per side at ~2 TB/s]")

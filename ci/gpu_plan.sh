@@ -28,12 +28,15 @@
 #      quantizer bench)
 #  16  `fp8check e2e --engine live`, 30 steps a run, one part per arm (a part that fails leaves the others):
 #      on-policy seeds 0-1, the seeds' naive arm seeds 0-1, BF16 seed 0
-#  17  the same for seed 2 of on-policy and naive (`fp8check e2e --merge` joins the parts on any machine)
+#  17  the same for seed 2 of on-policy and naive (`fp8check e2e --merge` joins the parts on any machine), then the
+#      user-engine tests
 #  18  `fp8check live` dense with every live fault, then the user-engine tests
 #  19  the 2026-12-02 (third) session: `fp8check e2e --engine live` on-policy seeds 0-2, the seeds' naive arm 0-1
-#  20  the naive arm's seed 2, `fp8check live` dense with every live fault, the user-engine tests
-#  21  the quantizer bench (the one-read whole-block tile among the knobs), the sync bench on Qwen3-8B shapes cut
-#      to 12 layers (with and without S7's re-sync, where capture's and the checks' time goes)
+#  20  what the 2026-12-02 (third) session left unrun: the plugin on real vLLM, BF16 seeds 1-2 (the live
+#      on-policy / BF16 claim needs two seeds or more), the quantizer bench (the one-read whole-block tile among
+#      the knobs)
+#  21  `fp8check live` dense with every live fault, the sync bench on Qwen3-8B shapes cut to 12 layers (with and
+#      without S7's re-sync; where capture's and the checks' time goes)
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -143,11 +146,11 @@ case $CALL in
   14) live_cli dense; plugin_live ;;
   15) phase precisions 260; plugin_live; phase triton 120; bench_quantize ;;
   16) e2e_part onpolicy-fp8 0 2 230; e2e_part naive-fp8 0 2 230; e2e_part bf16 0 1 130 ;;
-  17) e2e_part onpolicy-fp8 2 1 140; e2e_part naive-fp8 2 1 140 ;;
+  17) e2e_part onpolicy-fp8 2 1 225; e2e_part naive-fp8 2 1 150; phase user 200 ;;
   18) live_cli dense; phase user 200 ;;
   19) e2e_part onpolicy-fp8 0 3 330; e2e_part naive-fp8 0 2 230 ;;
-  20) e2e_part naive-fp8 2 1 140; live_cli dense; phase user 200 ;;
-  21) bench_quantize; bench_sync qwen3-8b ;;
+  20) plugin_live; e2e_part bf16 1 2 230; bench_quantize ;;
+  21) live_cli dense; bench_sync qwen3-8b ;;
   *) echo "gpu_plan.sh: CALL must be 1 to 21, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1

@@ -71,8 +71,16 @@ class Recipe:
         from .mxfp8 import quantize_mxfp8
         from .per_tensor import quantize_per_tensor
         if self.granularity == "block":
-            return quantize_blockwise(w, self.block_shape, pow2=self.pow2, amax_epsilon=self.amax_epsilon,
-                                      fp8_dtype=self.fp8_dtype)
+            quantize = quantize_blockwise
+            if w.is_cuda:      # the Triton twin: the same bytes (tests/gpu/test_triton_conformance.py), 16x faster
+                try:           # than the torch reference on an H200 (C1 re-quantizes every master each sync)
+                    from .triton_blockwise import quantize_blockwise_triton as quantize, triton
+                    if triton is None:
+                        quantize = quantize_blockwise
+                except ImportError:
+                    quantize = quantize_blockwise
+            return quantize(w, self.block_shape, pow2=self.pow2, amax_epsilon=self.amax_epsilon,
+                            fp8_dtype=self.fp8_dtype)
         if self.granularity == "mxfp8":
             return quantize_mxfp8(w, self.fp8_dtype, self.block_shape[1])
         return quantize_per_tensor(w, amax_epsilon=self.amax_epsilon, pow2=self.pow2, fp8_dtype=self.fp8_dtype)

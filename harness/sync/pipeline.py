@@ -205,6 +205,10 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     record.version, record.errors, record.poisoned = version, errors, poison
     if resync and not errors:           # the idempotence probe: one more install, by definition as dear as one
         t["resync"] = time.perf_counter() - t5
+    if mem is not None:                  # what capture (with the re-sync) added; the checks' own peak below
+        import torch
+        t["capture_extra_peak_bytes"] = int(torch.cuda.max_memory_allocated() - mem)
+        mem_checks = _cuda_memory()       # probes, then checks, from here
     res = SyncResult(config, version, sent, received, report,
                      Snapshot("trainer", dict(trainer_hf), replace(trecord, fp8_param=config.trainer.fp8_param)),
                      Snapshot("rollout", got.tensors, record), payload_snapshot(received, report),
@@ -228,10 +232,13 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         res.findings = run_catalog(res.context(probe_bounds), ids=check_ids, timings=by_id)
         t["checks"] = time.perf_counter() - t4
         t.update({f"check.{k}": v for k, v in by_id.items()})
-    res.seconds = {k: round(v, 4) for k, v in t.items()}
-    if mem is not None:                  # what capture and checks added on top, in this process's GPU memory
+    if mem is not None and checks:
         import torch
-        res.seconds["check_extra_peak_bytes"] = int(torch.cuda.max_memory_allocated() - mem)
+        t["checks_extra_peak_bytes"] = int(torch.cuda.max_memory_allocated() - mem_checks)
+    if mem is not None:                   # over the sync's own memory: capture's peak, or what it kept + the checks'
+        t["check_extra_peak_bytes"] = max(t["capture_extra_peak_bytes"],
+                                          mem_checks - mem + t.get("checks_extra_peak_bytes", 0))
+    res.seconds = {k: (v if k.endswith("_bytes") else round(v, 4)) for k, v in t.items()}
     return res
 
 

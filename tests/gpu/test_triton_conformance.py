@@ -131,3 +131,20 @@ def test_quantizer_throughput(tmp_path):
     record("quantizer_throughput", **{k: rep[k] for k in ("device", "results", "triton_meets_target",
                                                            "triton_codes_equal_te")})
     assert all(rep["triton_codes_equal_te"].values()), rep["triton_codes_equal_te"]
+
+
+def test_recipe_quantize_weight_on_cuda_is_the_reference():
+    """Recipe.quantize_weight on a CUDA tensor runs the Triton kernel (what C1 re-quantizes the masters with on the
+    device path): the same bytes as the CPU reference, both scale modes, a 2D weight and a stack of experts."""
+    from harness.formats import get_recipe
+    g = torch.Generator().manual_seed(11)
+    xs = [(torch.randn(1000, 520, generator=g) * 0.03).bfloat16(), (torch.randn(4, 384, 256, generator=g)).bfloat16()]
+    bad = []
+    for r in ("blockwise-fp32", "blockwise-pow2"):
+        rec = get_recipe(r)
+        for x in xs:
+            want = rec.quantize_weight(x)
+            got = [t.cpu() for t in rec.quantize_weight(x.cuda())]
+            if not (_bits_equal(got[0], want[0]) and _bits_equal(got[1], want[1])):
+                bad.append((r, tuple(x.shape), _ndiff(got[0], want[0]), _ndiff(got[1], want[1])))
+    assert not bad, bad
