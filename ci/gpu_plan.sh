@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 21)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 22)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
@@ -37,6 +37,8 @@
 #      the knobs)
 #  21  `fp8check live` dense with every live fault, the sync bench on Qwen3-8B shapes cut to 12 layers (with and
 #      without S7's re-sync; where capture's and the checks' time goes)
+#  22  what no session has run yet: phase `precisions` whole (fp8check's vLLM engine per block and in BF16), phase
+#      `triton` with the one-read tile and Recipe.quantize_weight on CUDA
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -151,7 +153,8 @@ case $CALL in
   19) e2e_part onpolicy-fp8 0 3 330; e2e_part naive-fp8 0 2 230 ;;
   20) plugin_live; e2e_part bf16 1 2 230; bench_quantize ;;
   21) live_cli dense; bench_sync qwen3-8b ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 21, got $CALL" >&2; exit 2 ;;
+  22) phase precisions 380; phase triton 150 ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 22, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"
