@@ -143,7 +143,10 @@ def s1_coverage(ctx: CheckContext):
                         stage="engine"))
     # poisoned destinations: every byte 0xFF survives only where no sync wrote
     if rec.poisoned:
-        for k in ctx.rollout.names():
+        from harness.formats.bytes import sentinel_flags
+        names = list(ctx.rollout.names())
+        flagged = sentinel_flags(ctx.rollout[k] for k in names)      # one screen, then detail where it hit
+        for k in (k for k, hit in zip(names, flagged) if hit):
             t = ctx.rollout[k]
             first, count = _sentinels(t)
             if count:

@@ -205,3 +205,29 @@ def test_poison_fills_the_storage_behind_a_strided_view(dtype):
     assert bool(is_sentinel(stored.t()[:20, :12]).all())
     assert not bool(is_sentinel(stored.t()[20:]).any()) and not bool(is_sentinel(stored.t()[:, 12:]).any())
     assert int((stored.view(torch.uint8) == SENTINEL).sum()) == 20 * 12 * stored.element_size()
+
+
+def test_sentinel_flags_equal_any_sentinel_per_tensor():
+    """S1's batched poison screen answers what any_sentinel answers for each tensor: every dtype width, empty
+    tensors, strided views, a poison element in the last of several chunks, a generator input."""
+    from harness.formats import bytes as fb
+    g = torch.Generator().manual_seed(3)
+    ts = [torch.randn(7, 5, generator=g), torch.randn(4, 4, generator=g).bfloat16(), torch.zeros(0),
+          torch.randint(0, 255, (33,), generator=g, dtype=torch.uint8), torch.randn(6, 9, generator=g).t(),
+          torch.randn(10, generator=g).double()]
+    poisoned = [t.clone() for t in ts]
+    for t in poisoned:
+        if t.numel():
+            fb.poison_(t.reshape(-1)[-1:]) if t.is_contiguous() else fb.poison_(t[-1:, -1:])
+    partial = torch.randn(8, generator=g)
+    partial.view(torch.uint8)[1] = 0xFF          # one poison byte is not a poisoned element
+    cases = ts + poisoned + [partial]
+    want = [fb.any_sentinel(t) for t in cases]
+    assert want.count(True) == 5                  # the non-empty poisoned ones
+    assert fb.sentinel_flags(t for t in cases) == want
+    old = fb.SCAN_CHUNK
+    try:
+        fb.SCAN_CHUNK = 4                         # several chunks per tensor: the hit is in a later one
+        assert fb.sentinel_flags(cases) == want
+    finally:
+        fb.SCAN_CHUNK = old

@@ -30,10 +30,10 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     layers are read as the transpose of their stored codes: `reshape` would fill a copy)."""
     if not t.numel():
         return t
-    if t.is_contiguous():
-        t.reshape(-1).view(torch.uint8).fill_(SENTINEL)
-    elif t.element_size() == 1:
+    if t.element_size() == 1:
         t.view(torch.uint8).fill_(SENTINEL)
+    elif t.is_contiguous() and t.reshape(-1).stride(0) == 1:   # size-1 dims may carry any stride ("contiguous")
+        t.reshape(-1).view(torch.uint8).fill_(SENTINEL)
     else:
         full = torch.empty(t.shape, dtype=t.dtype, device=t.device)
         full.reshape(-1).view(torch.uint8).fill_(SENTINEL)
@@ -62,3 +62,44 @@ def any_sentinel(t: torch.Tensor) -> bool:
     elif size > 1:
         return bool(is_sentinel(t).any())
     return int(hit.amax()) == int.from_bytes(b"\x01" * size, "little")
+
+
+SCAN_CHUNK = 1 << 24       # elements screened at a time (a bounded temporary whatever the tensor's size)
+
+
+def _sentinel_flag(t: torch.Tensor) -> torch.Tensor:
+    """0-d bool on t's device: some element of t is all poison bytes (no host sync)."""
+    b = as_bytes(t)
+    hit = (b == SENTINEL).view(torch.uint8)
+    size = t.element_size()
+    if size == 1:
+        return hit.amax().bool()
+    if size in _INT_OF_SIZE:
+        return hit.view(_INT_OF_SIZE[size]).amax() == int.from_bytes(b"\x01" * size, "little")
+    return is_sentinel(t).any()
+
+
+def sentinel_flags(tensors) -> list[bool]:
+    """[any_sentinel(t) for t in tensors], screened chunk by chunk; on a GPU the flags of the whole list cross to
+    the host in one copy instead of one sync per tensor (S1 screens every engine parameter after a poisoned
+    sync). `tensors` may be a generator: each tensor is dropped once screened (a lazy snapshot read from disk is
+    never held whole)."""
+    out: list = []
+    pending: dict = {}                   # device -> [(tensor index, 0-d flag)]
+    for i, t in enumerate(tensors):
+        out.append(False)
+        if not t.numel():
+            continue
+        flat = t.detach().reshape(-1)
+        for a in range(0, flat.numel(), SCAN_CHUNK):
+            chunk = flat[a:a + SCAN_CHUNK]
+            if t.device.type == "cpu":
+                if any_sentinel(chunk):
+                    out[i] = True
+                    break
+            else:
+                pending.setdefault(t.device, []).append((i, _sentinel_flag(chunk)))
+    for flags in pending.values():
+        for (i, _), hit in zip(flags, torch.stack([f for _, f in flags]).cpu().tolist()):
+            out[i] = out[i] or bool(hit)
+    return out
