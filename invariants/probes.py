@@ -97,27 +97,55 @@ def calibrated_bounds(reference: dict, factor: float = FACTOR) -> dict:
                    + (1.0 if k == "mult_prob_error_median" else 0.0)) for k, b in BOUNDS.items()}
 
 
-def _model_values(ctx: CheckContext, values: dict, side: str) -> dict | str:
-    """HF name -> values for every model tensor, or why they cannot feed the forward."""
+class _Unavailable(Exception):
+    """A lazily read value that cannot be made (its dequantization failed): the reason P1 reports."""
+
+
+def _model_values(ctx: CheckContext, values: dict, side: str, lazy: bool = False):
+    """HF name -> values for every model tensor, or why they cannot feed the forward. `lazy`: `values` maps a name
+    to (shape, make), and the result is a mapping that makes each value when the forward reads it (the forward
+    reads them through a one-layer window: at real shapes a side's fp32 weights are never all held)."""
+    from harness.lazy import LazyMap
     out = {}
     for t in ctx.config.spec.tensors():
         v = values.get(t.name)
         if v is None:
             return f"the {side} lacks {t.name} (see S1/S2)"
-        if tuple(v.shape) != tuple(t.shape):
-            return f"the {side}'s {t.name} has shape {list(v.shape)}, the model needs {list(t.shape)} (see S4)"
+        shape = v[0] if lazy else v.shape
+        if tuple(shape) != tuple(t.shape):
+            return f"the {side}'s {t.name} has shape {list(shape)}, the model needs {list(t.shape)} (see S4)"
         out[t.name] = v
-    return out
+    if not lazy:
+        return out
+    return LazyMap(list(out), lambda n: out[n][1]())
 
 
-def _trainer_values(ctx: CheckContext) -> dict | str:
+def _dequantized(recipe, codes, scale, name: str, side: str):
+    """(shape, make): `make` dequantizes when called; a failure is the reason P1 gives (as an eager read would)."""
+    def make():
+        try:
+            return recipe.dequantize_weight(codes, scale)
+        except (KeyError, ValueError, RuntimeError, IndexError, TypeError):
+            raise _Unavailable(f"the {side} lacks {name} (see S1/S2)") from None
+    return tuple(codes.shape), make
+
+
+def _trainer_values(ctx: CheckContext):
+    """The trainer's values as `CheckContext.trainer_value` gives them (FP8 dequantized with the trainer's recipe,
+    a missing scale: cast), made when read."""
     cfg = ctx.config
     tv = {}
     for t in cfg.spec.tensors():
-        v = ctx.trainer_value(t.name) if t.name in cfg.fp8_tensors else ctx.trainer.get(t.name)
-        if v is not None:
-            tv[t.name] = v
-    return _model_values(ctx, tv, "trainer snapshot")
+        v = ctx.trainer.get(t.name)
+        if v is None:
+            continue
+        s = ctx.trainer.get(scale_name(t.name))
+        if t.name in cfg.fp8_tensors:
+            tv[t.name] = _dequantized(cfg.trainer_recipe, v, s, t.name, "trainer snapshot") if s is not None \
+                else (tuple(v.shape), v.float)
+        else:
+            tv[t.name] = (tuple(v.shape), lambda v=v: v)
+    return _model_values(ctx, tv, "trainer snapshot", lazy=True)
 
 
 def _rollout_act_quant(ctx: CheckContext) -> str:
@@ -133,7 +161,7 @@ def _forward(ctx: CheckContext, values: dict, kind: str, prompts, fp8=None):
     from harness.numerics.forward import Weights, act_quant, prompts_logprobs
     cfg = ctx.config
     fp8 = cfg.engine_fp8_tensors if fp8 is None else fp8
-    return prompts_logprobs(cfg.spec, Weights(values, fp8, act_quant(kind, cfg.recipe)), prompts)
+    return prompts_logprobs(cfg.spec, Weights(values, fp8, act_quant(kind, cfg.recipe)), prompts, layer_major=True)
 
 
 def floor_logprobs(ctx: CheckContext, prompts):
@@ -154,15 +182,32 @@ def floor_logprobs(ctx: CheckContext, prompts):
             ideal = online_engine_state_hf(cfg, sent) if cfg.engine_online else sent
         else:
             ideal = cfg.layout.vllm_to_hf(expected_engine_state(cfg, hf, post_load))
-        vals = {n: cfg.engine_recipe.dequantize_weight(ideal[n], ideal[scale_name(n)])
-                if n in cfg.engine_fp8_tensors else ideal[n]
+        vals = {n: _checked_dequantized(cfg.engine_recipe, ideal[n], ideal[scale_name(n)])
+                if n in cfg.engine_fp8_tensors else (tuple(ideal[n].shape), lambda v=ideal[n]: v)
                 for n in (t.name for t in cfg.spec.tensors()) if n in ideal}
     except (KeyError, ValueError, RuntimeError, IndexError, TypeError) as e:
         return f"the trainer's bytes do not map onto the engine's layout ({e.__class__.__name__}: {e}; see S1/S4)"
-    vals = _model_values(ctx, vals, "perfect-sync engine")
+    vals = _model_values(ctx, vals, "perfect-sync engine", lazy=True)
     if isinstance(vals, str):
         return vals
-    return _forward(ctx, vals, _rollout_act_quant(ctx), prompts)
+    try:
+        return _forward(ctx, vals, _rollout_act_quant(ctx), prompts)
+    except _Mapping as e:
+        e = e.__cause__
+        return f"the trainer's bytes do not map onto the engine's layout ({e.__class__.__name__}: {e}; see S1/S4)"
+
+
+class _Mapping(Exception):
+    """A perfect-sync engine's value that cannot be dequantized (raised as the forward reads it)."""
+
+
+def _checked_dequantized(recipe, codes, scale):
+    def make():
+        try:
+            return recipe.dequantize_weight(codes, scale)
+        except (KeyError, ValueError, RuntimeError, IndexError, TypeError) as e:
+            raise _Mapping() from e
+    return tuple(codes.shape), make
 
 
 def snapshot_logprobs(ctx: CheckContext, prompts):
@@ -178,16 +223,20 @@ def snapshot_logprobs(ctx: CheckContext, prompts):
         n = t.name
         if n not in rhf:
             continue
-        try:
-            rv[n] = cfg.engine_recipe.dequantize_weight(rhf[n], rhf[scale_name(n)]) if n in cfg.engine_fp8_tensors \
-                else rhf[n]
-        except (KeyError, ValueError, RuntimeError, IndexError, TypeError):
-            continue
-    rv = _model_values(ctx, rv, "rollout snapshot")
+        if n in cfg.engine_fp8_tensors:
+            if scale_name(n) not in rhf:
+                continue
+            rv[n] = _dequantized(cfg.engine_recipe, rhf[n], rhf[scale_name(n)], n, "rollout snapshot")
+        else:
+            rv[n] = (tuple(rhf[n].shape), lambda v=rhf[n]: v)
+    rv = _model_values(ctx, rv, "rollout snapshot", lazy=True)
     if isinstance(rv, str):
         return rv
-    return (_forward(ctx, tv, _trainer_act_quant(ctx), prompts, cfg.trainer_fp8_tensors),
-            _forward(ctx, rv, _rollout_act_quant(ctx), prompts))
+    try:
+        return (_forward(ctx, tv, _trainer_act_quant(ctx), prompts, cfg.trainer_fp8_tensors),
+                _forward(ctx, rv, _rollout_act_quant(ctx), prompts))
+    except _Unavailable as e:
+        return str(e)
 
 
 def _not_finite(d: dict) -> list[str]:

@@ -73,3 +73,37 @@ def test_a_non_finite_bound_fails_closed(clean, bad):
                        {"mean_abs_dlogprob": bad, "mult_prob_error_median": 1.1, "kl": 0.01})
     (f,) = run_catalog(ctx, ids=["P1"])
     assert f.verdict == "fail" and "not finite" in f.message, f
+
+
+def test_the_probe_forward_holds_one_layer_of_dequantized_weights_at_a_time():
+    """P1's reference forward runs layer-major through a one-layer window: every weight is made once per forward
+    (not once per prompt), a layer's values are released before the next layer's are made, and the log-probs
+    are the per-prompt forward's bit for bit."""
+    import gc
+    import weakref
+    from harness.lazy import LazyMap
+    from harness.numerics.forward import Weights, prompts_logprobs
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    g = torch.Generator().manual_seed(0)
+    base = {t.name: torch.randn(t.shape, generator=g) * 0.05 for t in cfg.spec.tensors()}
+    made, live = [], {}
+
+    def make(n):
+        layer = n.split(".")[2] if n.startswith("model.layers.") else None
+        gc.collect()
+        for other, ref in live.items():            # every earlier layer's values are gone by now
+            if layer is not None and other[0] is not None and other[0] != layer:
+                assert ref() is None, f"{other[1]} still held while the forward reads {n}"
+        v = base[n].clone()
+        made.append(n)
+        live[(layer, n)] = weakref.ref(v)
+        return v
+
+    prompts = prompts_for(cfg.spec.vocab_size)
+    assert len(prompts) > 1
+    lazy = Weights(LazyMap(list(base), make), frozenset(), None)
+    got = prompts_logprobs(cfg.spec, lazy, prompts, layer_major=True)
+    layer_names = [n for n in base if n.startswith("model.layers.")]
+    assert sorted(n for n in made if n in layer_names) == sorted(layer_names)     # each made once, not per prompt
+    want = prompts_logprobs(cfg.spec, Weights(base, frozenset(), None), prompts)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))

@@ -19,7 +19,8 @@ first without holding an fp32 copy of a 151936-row vocabulary.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -268,16 +269,61 @@ def hidden_states(spec: ModelSpec, W: Weights, tokens, cache: dict | None = None
     later call given only the next tokens continues the same sequences (a decoder's KV cache)."""
     if cache is not None and any(lt != "full_attention" for lt in spec.layer_types):
         raise ValueError(f"model {spec.name}: a KV cache needs full-attention layers only")
+    x = _embed(W, tokens)
+    for i in range(spec.num_layers):
+        x = _layer(spec, W, x, i, cache)
+    return _final_norm(spec, W, x)
+
+
+def _embed(W: Weights, tokens) -> torch.Tensor:
     emb = W.tensors["model.embed_tokens.weight"]
     ids = (tokens if isinstance(tokens, torch.Tensor) else torch.tensor(tokens)).to(emb.device)
-    x = W.act(_f32(emb[ids]))
-    for i, lt in enumerate(spec.layer_types):
-        p = f"model.layers.{i}."
-        h = W.act(_rms(x, W.tensors[p + "input_layernorm.weight"], spec.rms_norm_eps))
-        x = W.act(x + (_attention(spec, W, h, p, cache) if lt == "full_attention" else _gated_delta_net(spec, W, h, p)))
-        h = W.act(_rms(x, W.tensors[p + "post_attention_layernorm.weight"], spec.rms_norm_eps))
-        x = W.act(x + (_moe(spec, W, h, p) if spec.is_moe else _swiglu(W, h, p + "mlp.")))
+    return W.act(_f32(emb[ids]))
+
+
+def _layer(spec: ModelSpec, W: Weights, x: torch.Tensor, i: int, cache: dict | None = None) -> torch.Tensor:
+    p, lt = f"model.layers.{i}.", spec.layer_types[i]
+    h = W.act(_rms(x, W.tensors[p + "input_layernorm.weight"], spec.rms_norm_eps))
+    x = W.act(x + (_attention(spec, W, h, p, cache) if lt == "full_attention" else _gated_delta_net(spec, W, h, p)))
+    h = W.act(_rms(x, W.tensors[p + "post_attention_layernorm.weight"], spec.rms_norm_eps))
+    return W.act(x + (_moe(spec, W, h, p) if spec.is_moe else _swiglu(W, h, p + "mlp.")))
+
+
+def _final_norm(spec: ModelSpec, W: Weights, x: torch.Tensor) -> torch.Tensor:
     return W.act(_rms(x, W.tensors["model.norm.weight"], spec.rms_norm_eps))
+
+
+class LayerWindow(Mapping):
+    """`tensors` read through a one-layer window: a value is computed (read from `tensors`) once and kept while the
+    forward is in its layer, then dropped; tensors outside the layers (embeddings, final norm, head) are kept.
+    Over a LazyMap that dequantizes on read, a layer-major forward then holds one layer's fp32 weights at a time
+    (P1 at Qwen3-8B shapes held three fp32 copies of every FP8 weight: 23.9 GB on the H200)."""
+
+    def __init__(self, tensors):
+        self._tensors, self._layer, self._held = tensors, None, {}
+
+    @staticmethod
+    def _layer_of(name: str):
+        return name.split(".", 3)[2] if name.startswith("model.layers.") else None
+
+    def __getitem__(self, name):
+        v = self._held.get(name)
+        if v is None:
+            layer = self._layer_of(name)
+            if layer is not None and layer != self._layer:
+                self._held = {k: t for k, t in self._held.items() if self._layer_of(k) is None}
+                self._layer = layer
+            v = self._held[name] = self._tensors[name]
+        return v
+
+    def __contains__(self, name) -> bool:
+        return name in self._tensors
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
 
 
 def logits(spec: ModelSpec, W: Weights, tokens, cache: dict | None = None) -> torch.Tensor:
@@ -291,10 +337,21 @@ def _scaled(W: Weights, lg: torch.Tensor) -> torch.Tensor:
     return lg if W.logit_scale == 1.0 else lg * W.logit_scale
 
 
-def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]]) -> list[torch.Tensor]:
-    """`token_logprobs` of every prompt, the lm head read once for all of them."""
+def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]], *,
+                     layer_major: bool = False) -> list[torch.Tensor]:
+    """`token_logprobs` of every prompt, the lm head read once for all of them. `layer_major`: every prompt through
+    layer i before any enters layer i+1, weights read through a `LayerWindow` (each layer's weights computed once
+    and dropped after it; the same values bit for bit: each prompt's operations are unchanged). Only for stateless
+    activation quantizers: a delayed-scaling state would see its calls in another order."""
     with torch.no_grad():
-        xs = [hidden_states(spec, W, p) for p in prompts]
+        if layer_major:
+            W = replace(W, tensors=LayerWindow(W.tensors))
+            xs = [_embed(W, p) for p in prompts]
+            for i in range(spec.num_layers):
+                xs = [_layer(spec, W, x, i) for x in xs]
+            xs = [_final_norm(spec, W, x) for x in xs]
+        else:
+            xs = [hidden_states(spec, W, p) for p in prompts]
         out = []
         for p, lg in zip(prompts, lm_head(xs, _head(spec, W))):
             lp = W.act(_scaled(W, lg)).log_softmax(-1)
