@@ -56,6 +56,26 @@ def _breakdown(r: dict, top: int = 5) -> str:
             + ", ".join(f"{k} {v * 1e3:.1f}" for v, k in checks[:top]) + " ms")
 
 
+def _copy_rate() -> float | None:
+    """GB/s of input of one `clone` of 1 GiB on this process's GPU (the HBM floor the catalog is set beside)."""
+    try:
+        import torch
+        x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+        x.clone()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            x.clone()
+            torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - t)
+        del x
+        torch.cuda.empty_cache()
+        return (1 << 30) / best / 1e9
+    except Exception:  # noqa: BLE001 - no GPU in this process: the floor is not printed
+        return None
+
+
 def bench_sync(model: str, layers: int | None, steps: int, out: dict):
     """K clean syncs with every check (S7's re-sync included), then K without the re-sync (the idempotence probe is
     one more install by definition, so a check left on for every sync measures it on a schedule, not every time)."""
@@ -80,7 +100,8 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict):
                 rows[mode].append({"wall": wall, **o.seconds, "fired": o.fired, "unknown": o.unknown,
                                    "fetched": o.fetched, "params": o.params,
                                    "payload_bytes": o.extra.get("payload_bytes")})
-    res = {"engine_start_seconds": start, "steps": rows}
+    rate = _copy_rate()
+    res = {"engine_start_seconds": start, "steps": rows, "copy_GBps": rate}
     for mode, rs in rows.items():
         best = min(rs[1:] or rs, key=lambda r: r["wall"])
         first = rs[0]
@@ -97,6 +118,11 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict):
               f"{fsh['fraction']:.1%}); checks' extra peak {mem / 2**20:.0f} MiB = "
               f"{res[mode]['extra_peak_fraction_of_payload'] or 0:.1%} of the payload (target 5 %); fired "
               f"{best['fired']} unknown {best['unknown']}")
+        if rate:    # reading the payload once on each side at the copy rate: what a digest-first catalog needs
+            floor = 2 * (best["payload_bytes"] or 0) / 1e9 / rate
+            res[mode]["floor_seconds"] = floor
+            print(f"          floor (the payload read once per side at {rate:.0f} GB/s): {floor * 1e3:.1f} ms; "
+                  f"capture x{best['capture'] / floor:.1f} of it, catalog x{sh['catalog_s'] / floor:.0f}")
         print(f"          {_breakdown(best)}; extra peak: capture {best.get('capture_extra_peak_bytes', 0) / 2**20:.0f} "
               f"MiB, checks {best.get('checks_extra_peak_bytes', 0) / 2**20:.0f} MiB")
     print("          [bounds: install = vLLM's layerwise reload reading IPC-mapped buckets; re-sync = one more "

@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout too
 
 LAYER = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
-TARGET_RATIO = 0.6
+TARGET_RATIO = 0.9            # of Transformer Engine's own quantizer, same scale mode (issue: >= 90 % of TE)
 
 
 def llama8b_weights(layers: int = 4, device="cuda"):
@@ -105,8 +105,13 @@ def bench_quantizers(out_path: str, layers: int = 4, reps: int = 5, tune: bool =
         ms = _time(fn, xs, reps)
         results[name] = {"ms": round(ms, 4), "input_gbps": round(nbytes / ms / 1e6, 1), "_ms": ms}
     clone_ms = results["clone"]["_ms"]
-    for r in results.values():
+    te_ms = {m: next((r["_ms"] for k, r in results.items() if k.startswith(f"te_{m}") and "_ms" in r), None)
+             for m in ("fp32", "pow2")}
+    for name, r in results.items():
         if "_ms" in r:
+            mode = "pow2" if "pow2" in name else "fp32"
+            if te_ms[mode] and ("triton" in name or "reference" in name):
+                r["ratio_to_te"] = round(te_ms[mode] / r["_ms"], 3)
             r["ratio_to_clone"] = round(clone_ms / r.pop("_ms"), 3)       # same bytes: rate ratio = time ratio
     check = {}
     for mode, pow2 in (("fp32", False), ("pow2", True)):
@@ -124,7 +129,8 @@ def bench_quantizers(out_path: str, layers: int = 4, reps: int = 5, tune: bool =
         "triton": __import__("triton").__version__, "layers": layers, "shapes": LAYER, "input_bytes": nbytes,
         "reps": reps, "timing": "best of reps, torch.cuda.Event around the whole set", "results": results,
         "target_ratio": TARGET_RATIO,
-        "triton_meets_target": {m: results[f"triton_{m}"].get("ratio_to_clone", 0) >= TARGET_RATIO
+        "target": "triton >= target_ratio of TE's quantizer in the same scale mode",
+        "triton_meets_target": {m: results[f"triton_{m}"].get("ratio_to_te", 0) >= TARGET_RATIO
                                 for m in ("fp32", "pow2")},
         "triton_codes_equal_te": check,
     }
@@ -133,8 +139,9 @@ def bench_quantizers(out_path: str, layers: int = 4, reps: int = 5, tune: bool =
         if "error" in r:
             print(f"{name:44s} {r['error']}")
         else:
-            print(f"{name:44s} {r['ms']:9.3f} ms {r['input_gbps']:8.1f} GB/s  x{r['ratio_to_clone']:.2f} of clone")
-    print(f"triton >= {TARGET_RATIO} of clone: {report['triton_meets_target']}; codes == TE: {check}")
+            te = f"  x{r['ratio_to_te']:.2f} of TE" if "ratio_to_te" in r else ""
+            print(f"{name:44s} {r['ms']:9.3f} ms {r['input_gbps']:8.1f} GB/s  x{r['ratio_to_clone']:.2f} of clone{te}")
+    print(f"triton >= {TARGET_RATIO} of TE: {report['triton_meets_target']}; codes == TE: {check}")
     with open(out_path, "w") as f:
         json.dump(report, f, indent=1)
     return report
