@@ -13,9 +13,12 @@ from typing import Callable, Iterable
 
 from harness.config import SyncConfig
 from harness.layouts import scale_name
+from harness.memo import IdentityMemo
 from harness.snapshot import Snapshot
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+# the trainer's dequantized FP8 weights by the identity (and version) of its codes and scales: checks only read them
+TRAINER_VALUES = IdentityMemo(1 << 30)
 _RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
 
 
@@ -56,7 +59,13 @@ class CheckContext:
         t, s = self.trainer.get(name), self.trainer.get(sn)
         fp8 = name in cfg.fp8_tensors and s is not None
         try:
-            v = None if t is None else (cfg.trainer_recipe.dequantize_weight(t, s) if fp8 else t.float())
+            if t is None:
+                v = None
+            elif fp8:                  # the export's tensors are shared from sync to sync: dequantized once
+                v = TRAINER_VALUES.get_for(("dequantize", cfg.trainer_recipe), (t, s),
+                                           lambda: cfg.trainer_recipe.dequantize_weight(t, s))
+            else:
+                v = t.float()
         except (ValueError, RuntimeError, IndexError, TypeError):
             v = None
         if fp8 or v is None:

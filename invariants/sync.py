@@ -6,6 +6,7 @@ the config declares and applying the post-load transform the engine declares. No
 """
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ if TYPE_CHECKING:     # torch and the numerics are imported in the checks that c
     import torch
 
 from harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
+from harness.memo import IdentityMemo
 from .base import FAIL, CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff, bits_equal, engine_position, unravel, value_diff
 
@@ -103,6 +105,8 @@ def _layout_params(ctx: CheckContext) -> dict[str, tuple]:
 
 # memo of the declared transform by tensor identity (the entry keeps its inputs alive, so ids stay unique)
 _TRANSFORMED: dict = {}
+# what the declared transform changes in the trainer's values (S3), by the identity of the tensors it reads
+_TRANSFORM_DIFF = IdentityMemo(0)
 
 
 # -- S1 -----------------------------------------------------------------------------------------------------------
@@ -308,8 +312,13 @@ def s3_scales(ctx: CheckContext):
             continue
         e_codes, e_scale, transformed = ek
         if transformed:
-            before = recipe.dequantize_weight(ctx.trainer[n], t)
-            ev = value_diff(before, recipe.dequantize_weight(e_codes, e_scale))
+            codes = ctx.trainer[n]
+
+            def transform_diff():
+                return value_diff(recipe.dequantize_weight(codes, t), recipe.dequantize_weight(e_codes, e_scale))
+            # a pure function of the trainer's tensors (shared from sync to sync) and their transform: judged once
+            ev = _TRANSFORM_DIFF.get_for(("s3-transform", recipe), (codes, t, e_codes, e_scale), transform_diff)
+            ev = copy.deepcopy(ev)
             if ev:
                 out.append(fail("S3", sn, f"the engine's UE8M0 requantization changes {ev['differing']} weight "
                                 f"values: {recipe.scale_format} scales do not survive VLLM_USE_DEEP_GEMM_E8M0=1",
