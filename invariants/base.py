@@ -13,12 +13,19 @@ from typing import Callable, Iterable
 
 from harness.config import SyncConfig
 from harness.layouts import scale_name
-from harness.memo import IdentityMemo
 from harness.snapshot import Snapshot
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
-# the trainer's dequantized FP8 weights by the identity (and version) of its codes and scales: checks only read them
-TRAINER_VALUES = IdentityMemo(1 << 30)
+# the trainer's dequantized FP8 weights by the identity (and version) of its codes and scales, made on first use
+# (pre-flight imports the checks without torch); a few tiny models' worth: at real shapes it holds a few tensors
+_TRAINER_VALUES = []
+
+
+def trainer_values_memo():
+    if not _TRAINER_VALUES:
+        from harness.memo import IdentityMemo
+        _TRAINER_VALUES.append(IdentityMemo(128 << 20))
+    return _TRAINER_VALUES[0]
 _RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
 
 
@@ -62,7 +69,7 @@ class CheckContext:
             if t is None:
                 v = None
             elif fp8:                  # the export's tensors are shared from sync to sync: dequantized once
-                v = TRAINER_VALUES.get_for(("dequantize", cfg.trainer_recipe), (t, s),
+                v = trainer_values_memo().get_for(("dequantize", cfg.trainer_recipe), (t, s),
                                            lambda: cfg.trainer_recipe.dequantize_weight(t, s))
             else:
                 v = t.float()

@@ -52,7 +52,7 @@ INIT_MEMO_BYTES = 1 << 30
 _INIT_CACHE = Memo(INIT_MEMO_BYTES)
 _DUMMY = Memo(INIT_MEMO_BYTES)
 # the declared post-load transform (UE8M0 requantization) by the content of the module's checkpoint bytes
-_POST_LOAD = ContentMemo(256 << 20)
+_POST_LOAD = ContentMemo(64 << 20)      # a tiny model's modules; at real shapes a few
 
 
 DUMMY_DRAW = 1 << 22        # dummy values drawn per tensor; a larger tensor repeats them (the values are arbitrary
