@@ -211,6 +211,7 @@ def _run_grouped(cells: list[tuple], workers: int, progress=None) -> list[Cell]:
         batch, queues[g] = queues[g][:BATCH], queues[g][BATCH:]
         return [(i, cells[i]) for i in batch]
 
+    finished = False
     try:
         for w in range(min(workers, len(cells))):
             parent, child = ctx.Pipe()
@@ -247,9 +248,10 @@ def _run_grouped(cells: list[tuple], workers: int, progress=None) -> list[Cell]:
                     del live[c]
                 else:
                     c.send(b)
+        finished = True
     finally:
-        for p in procs:
-            if p.is_alive():
+        for p in procs:                   # every worker was sent None; after an error the others are ended
+            if p.is_alive() and finished:
                 p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
