@@ -159,23 +159,124 @@ def run_matrix(models=None, recipes=None, faults=None, workers: int = 1, progres
             if progress:
                 progress(i + 1, len(cells))
         return out
-    from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(workers) as ex:
-        for i, c in enumerate(ex.map(_run_named, cells, chunksize=4)):
-            out.append(c)
-            if progress:
-                progress(i + 1, len(cells))
+    return _run_grouped(cells, workers, progress)
+
+
+# cells a worker is handed at a time (small: the last cells of a group can still move to an idle worker)
+BATCH = 4
+# a worker whose groups are done takes the tail half of another worker's group only when that many cells remain:
+# starting a group costs its memoized state (the engines' start-up, the reference forwards), about a second
+STEAL_MIN = 16
+
+
+def _group_cost(key, n: int) -> float:
+    """A group's expected cost (cells x the model's size): the largest groups start first."""
+    from harness.models import get_model
+    return n * get_model(key[0]).num_params()
+
+
+def _run_grouped(cells: list[tuple], workers: int, progress=None) -> list[Cell]:
+    """Cells on `workers` processes, each (model, recipe) group kept on one worker where it can be: the memos
+    (engine start-up states, the reference export, the forwards by state content) live per process, so a group
+    spread over every worker pays its warm-up once per worker. Groups start largest first; a worker with nothing
+    left of its own takes the tail of the largest unfinished group. Results come back in matrix order."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+    groups: dict = {}
+    for i, (n, m, r) in enumerate(cells):
+        groups.setdefault((m, r), []).append(i)
+    todo = sorted(groups, key=lambda k: -_group_cost(k, len(groups[k])))
+    queues = {k: list(groups[k]) for k in todo}
+    ctx = mp.get_context()
+    procs, conns, current = [], [], {}
+    out: list = [None] * len(cells)
+    done = 0
+
+    started: set = set()
+
+    def next_batch(w):
+        g = current.get(w)
+        if g is None or not queues[g]:
+            g = next((k for k in todo if k not in started and queues[k]), None)
+            if g is None:                 # steal: the tail half of the group with the most cells left
+                g = max(queues, key=lambda k: len(queues[k]))
+                if len(queues[g]) < STEAL_MIN:
+                    return None
+                half = len(queues[g]) // 2
+                queues[g], stolen = queues[g][:half], queues[g][half:]
+                g = (*g, len(queues))
+                queues[g] = stolen
+            started.add(g)
+            current[w] = g
+        batch, queues[g] = queues[g][:BATCH], queues[g][BATCH:]
+        return [(i, cells[i]) for i in batch]
+
+    finished = False
+    try:
+        for w in range(min(workers, len(cells))):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker, args=(child,), daemon=True)
+            p.start()
+            child.close()
+            procs.append(p)
+            conns.append(parent)
+        live = {}
+        for w, c in enumerate(conns):
+            b = next_batch(w)
+            if b is None:
+                c.send(None)
+            else:
+                c.send(b)
+                live[c] = w
+        while live:
+            for c in wait(list(live)):
+                w = live[c]
+                try:
+                    msg = c.recv()
+                except EOFError:
+                    raise RuntimeError(f"fault-matrix worker {w} died (exit code {procs[w].exitcode})") from None
+                if isinstance(msg, BaseException):
+                    raise msg
+                for i, cell in msg:
+                    out[i] = cell
+                    done += 1
+                    if progress:
+                        progress(done, len(cells))
+                b = next_batch(w)
+                if b is None:
+                    c.send(None)
+                    del live[c]
+                else:
+                    c.send(b)
+        finished = True
+    finally:
+        for p in procs:                   # every worker was sent None; after an error the others are ended
+            if p.is_alive() and finished:
+                p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
     return out
 
 
-def _run_named(args) -> Cell:
-    n, m, r = args
+def _worker(conn):
+    """A matrix worker: run the batches of cells it is sent until it is sent None."""
     import torch
     torch.set_num_threads(1)            # one process per core
     import faults  # noqa: F401  (registers in a fresh worker)
-    c = run_cell(FAULTS[n] if n else None, m, r)
-    c.findings = c.findings[:6]
-    return c
+    while True:
+        batch = conn.recv()
+        if batch is None:
+            return
+        try:
+            res = []
+            for i, (n, m, r) in batch:
+                c = run_cell(FAULTS[n] if n else None, m, r)
+                c.findings = c.findings[:6]
+                res.append((i, c))
+        except BaseException as e:  # noqa: BLE001 - handed to the parent, which raises it
+            conn.send(e)
+            return
+        conn.send(res)
 
 
 def summary(cells: list[Cell]) -> dict:

@@ -16,6 +16,16 @@ from harness.layouts import scale_name
 from harness.snapshot import Snapshot
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+# the trainer's dequantized FP8 weights by the identity (and version) of its codes and scales, made on first use
+# (pre-flight imports the checks without torch); a few tiny models' worth: at real shapes it holds a few tensors
+_TRAINER_VALUES = []
+
+
+def trainer_values_memo():
+    if not _TRAINER_VALUES:
+        from harness.memo import IdentityMemo
+        _TRAINER_VALUES.append(IdentityMemo(128 << 20))
+    return _TRAINER_VALUES[0]
 _RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
 
 
@@ -56,7 +66,13 @@ class CheckContext:
         t, s = self.trainer.get(name), self.trainer.get(sn)
         fp8 = name in cfg.fp8_tensors and s is not None
         try:
-            v = None if t is None else (cfg.trainer_recipe.dequantize_weight(t, s) if fp8 else t.float())
+            if t is None:
+                v = None
+            elif fp8:                  # the export's tensors are shared from sync to sync: dequantized once
+                v = trainer_values_memo().get_for(("dequantize", cfg.trainer_recipe), (t, s),
+                                           lambda: cfg.trainer_recipe.dequantize_weight(t, s))
+            else:
+                v = t.float()
         except (ValueError, RuntimeError, IndexError, TypeError):
             v = None
         if fp8 or v is None:

@@ -231,3 +231,17 @@ def test_sentinel_flags_equal_any_sentinel_per_tensor():
         assert fb.sentinel_flags(cases) == want
     finally:
         fb.SCAN_CHUNK = old
+
+
+def test_to_float_table_bit_identical_to_the_cast():
+    """The fp8 -> fp32 table (two bytes per lookup where the layout allows, one otherwise) returns the cast's
+    bits for every byte pair, NaN payloads included, and for odd, offset and strided views."""
+    from harness.formats.blockwise import to_float
+    i = torch.arange(1 << 16, dtype=torch.int32)
+    every_pair = torch.stack([i & 0xFF, i >> 8], 1).to(torch.uint8).reshape(-1)
+    for dt in (torch.float8_e4m3fn, torch.float8_e5m2):
+        t = every_pair.view(dt)
+        for v in (t, t[1:], t[1:-1], t.view(256, 512)[:, ::2], t.view(256, 512).t(), t[:0], t.view(2, -1)[:, 1:3]):
+            got = to_float(v)
+            assert got.shape == v.shape and got.dtype == torch.float32
+            assert torch.equal(got.view(torch.int32), v.float().view(torch.int32))

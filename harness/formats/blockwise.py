@@ -13,6 +13,8 @@ Every element still goes through the same IEEE operations (exact up-cast, NaN-sk
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from .constants import E4M3, E4M3_NAN_BYTE, FP8_MAX, WEIGHT_BLOCK
@@ -148,14 +150,33 @@ def dequantize_blockwise(codes: torch.Tensor, scale_inv: torch.Tensor, block_sha
 
 
 _LUT: dict = {}
+_PAIRS: dict = {}
+
+
+def _pair_table(dtype: torch.dtype) -> torch.Tensor:
+    """Every two consecutive fp8 bytes (read as one little-endian int16) -> their two fp32 values as one int64
+    word: one table lookup per two elements (a 512 KiB table)."""
+    table = _PAIRS.get(dtype)
+    if table is None:
+        lut = _LUT.get(dtype)
+        if lut is None:
+            lut = _LUT[dtype] = torch.arange(256, dtype=torch.uint8).view(dtype).float()
+        i = torch.arange(1 << 16, dtype=torch.int32)
+        table = _PAIRS[dtype] = torch.stack([lut[i & 0xFF], lut[i >> 8]], 1).contiguous().view(torch.int64).reshape(-1)
+    return table
 
 
 def to_float(t: torch.Tensor) -> torch.Tensor:
-    """fp8 -> fp32 through a 256-entry table on the host (exact; 5x faster than the CPU cast kernel, 512x512: 150 us
-    vs 720 us); other devices cast."""
+    """fp8 -> fp32 through a table on the host (exact, the table holds the cast's own bits; 7x faster than the CPU
+    cast kernel: 1024x512, 200 us vs 1630 us): two bytes at a time where the bytes are contiguous and even in
+    number and offset, one at a time otherwise; other devices cast."""
     if t.element_size() != 1 or t.dtype == torch.uint8 or t.device.type != "cpu":
         return t.float()
+    n = t.numel()
+    if n and n % 2 == 0 and t.is_contiguous() and t.storage_offset() % 2 == 0 and sys.byteorder == "little":
+        pairs = t.reshape(-1).view(torch.uint8).view(torch.uint16).int()
+        return _pair_table(t.dtype).index_select(0, pairs).view(torch.float32).reshape(t.shape)
     lut = _LUT.get(t.dtype)
     if lut is None:
         lut = _LUT[t.dtype] = torch.arange(256, dtype=torch.uint8).view(t.dtype).float()
-    return lut.index_select(0, t.reshape(-1).view(torch.uint8).int()).reshape(t.shape)
+    return lut.index_select(0, t.reshape(-1).view(torch.uint8).long()).reshape(t.shape)

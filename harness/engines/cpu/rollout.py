@@ -33,7 +33,7 @@ from ...digest import state_digest
 from ...formats.bytes import poison_
 from ...layouts import (Piece, covers_whole, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
                         weight_of_scale)
-from ...memo import Memo, nbytes
+from ...memo import ContentMemo, Memo, nbytes
 from ...models import LINEAR
 from ...numerics import TRANSFORMS
 from ...numerics.forward import Weights, act_quant, prompts_logprobs
@@ -51,6 +51,8 @@ from ..vllm_numerics import declared_act_quant, declared_post_load
 INIT_MEMO_BYTES = 1 << 30
 _INIT_CACHE = Memo(INIT_MEMO_BYTES)
 _DUMMY = Memo(INIT_MEMO_BYTES)
+# the declared post-load transform (UE8M0 requantization) by the content of the module's checkpoint bytes
+_POST_LOAD = ContentMemo(64 << 20)      # a tiny model's modules; at real shapes a few
 
 
 DUMMY_DRAW = 1 << 22        # dummy values drawn per tensor; a larger tensor repeats them (the values are arbitrary
@@ -274,8 +276,10 @@ class ReferenceRollout(ServingMirror):
                 staged[wname], staged[sname] = q, s.to(self.recipe.scale_dtype)
                 continue
             if rank_name(wname, rank, self.tp) in self.post_load.params:
-                staged[wname], staged[sname] = TRANSFORMS[self.post_load.kind](
-                    staged[wname], staged[sname], tuple(self.post_load.block_shape))
+                kind, block, w, sc = self.post_load.kind, tuple(self.post_load.block_shape), staged[wname], staged[sname]
+                # a pure function of the module's checkpoint bytes, which most syncs repeat: computed once per content
+                staged[wname], staged[sname] = TRANSFORMS[kind](w, sc, block) if kind == "identity" else \
+                    _POST_LOAD.get_for((kind, block), (w, sc), lambda: TRANSFORMS[kind](w, sc, block))
             if record is not None and self._knobs["packed_scales_copied"] and staged[sname].dim() >= 2:
                 # the kernel reads the grid MN-major; a copy_ of the checkpoint layout's bytes lands transposed
                 s = staged[sname]
