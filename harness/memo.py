@@ -84,7 +84,8 @@ class IdentityMemo(Memo):
     export feeds the checks is the same tensor objects from sync to sync. An entry holds weak references (it keeps
     no input alive; a dead input's id reused by a new tensor misses) and the inputs' and the result's version
     counters: a tensor written in place since (by any view of it) misses, so a fault's changed tensor, a new
-    object or the old one written, never reads a clean result. Bounded in bytes and in entries."""
+    object or the old one written, never reads a clean result. CPU tensors only: PyTorch's own ops are what move a
+    version counter, and on a GPU an extension's kernels write in place too. Bounded in bytes and in entries."""
 
     def __init__(self, max_bytes: int, max_entries: int = 4096):
         super().__init__(max_bytes)
@@ -92,6 +93,10 @@ class IdentityMemo(Memo):
 
     def get_for(self, tag, tensors, compute: Callable):
         tensors = tuple(tensors)
+        if any(t.device.type != "cpu" for t in tensors):
+            # a GPU tensor may be rewritten in place by an extension's kernel (Transformer Engine re-quantizes into
+            # the same workspace) without its version counter moving: never served from a memo
+            return compute()
         key = (tag, tuple((id(t), t._version) for t in tensors))
         hit = self.lookup(key)
         if hit is not None:
@@ -138,6 +143,10 @@ class ContentMemo(Memo):
 
     def get_for(self, tag, tensors, compute: Callable):
         tensors = tuple(tensors)
+        if any(t.device.type != "cpu" for t in tensors):
+            # a GPU tensor may be rewritten in place by an extension's kernel (Transformer Engine re-quantizes into
+            # the same workspace) without its version counter moving: never served from a memo
+            return compute()
         key = (tag, tuple(_fingerprint(t) for t in tensors))
         hit = self.lookup(key)
         if hit is not None:

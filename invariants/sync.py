@@ -81,16 +81,19 @@ def expected_kernel(ctx: CheckContext, name: str):
         if decl is None or param not in decl.params:
             cache[name] = (codes, scale, False)
         else:
-            key = (id(codes), id(scale), param, decl.kind)
-            hit = _TRANSFORMED.get(key)
+            # by identity and version, CPU only (on a GPU an extension may rewrite a tensor without moving its version)
+            key = (id(codes), codes._version, id(scale), scale._version, param, decl.kind)
+            hit = _TRANSFORMED.get(key) if codes.device.type == "cpu" else None
             if hit is None or hit[0] is not codes or hit[1] is not scale:
                 try:
                     q, sc, _ = apply_post_load(decl, param, codes, scale)
                 except (ValueError, RuntimeError, IndexError):
                     q = sc = None
-                hit = _TRANSFORMED[key] = (codes, scale, q, sc)
-                if len(_TRANSFORMED) > 4096:
-                    _TRANSFORMED.pop(next(iter(_TRANSFORMED)))
+                hit = (codes, scale, q, sc)
+                if codes.device.type == "cpu":            # a GPU result is not kept (nor its memory)
+                    _TRANSFORMED[key] = hit
+                    if len(_TRANSFORMED) > 4096:
+                        _TRANSFORMED.pop(next(iter(_TRANSFORMED)))
             cache[name] = None if hit[2] is None else (hit[2], hit[3], True)
     return cache[name]
 

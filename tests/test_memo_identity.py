@@ -55,3 +55,14 @@ def test_content_memo_hits_equal_bytes_only():
     got = m.get_for("s", (c,), lambda: torch.tensor(-1.0))
     assert float(got) == -1.0
     assert float(m.get_for("s", (b.view(torch.int8),), lambda: torch.tensor(-3.0))) == -3.0   # dtype is content
+
+
+def test_identity_memo_never_serves_a_tensor_off_the_cpu():
+    """On a GPU an extension's kernel (TE re-quantizing into its workspace) writes in place without moving the
+    version counter: such tensors are computed every time (a meta tensor stands in for one here)."""
+    m = IdentityMemo(1 << 20)
+    a = torch.empty(16, device="meta")
+    f, calls = _counting(lambda: torch.zeros(1))
+    m.get_for("off-cpu", (a,), f)
+    m.get_for("off-cpu", (a,), f)
+    assert len(calls) == 2 and len(m) == 0
