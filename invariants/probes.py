@@ -98,35 +98,38 @@ def calibrated_bounds(reference: dict, factor: float = FACTOR) -> dict:
 
 
 class _Unavailable(Exception):
-    """A lazily read value that cannot be made (its dequantization failed): the reason P1 reports."""
+    """A value the forward read that cannot be made (its dequantization failed; the cause is chained): P1 says why."""
 
 
-def _model_values(ctx: CheckContext, values: dict, side: str, lazy: bool = False):
-    """HF name -> values for every model tensor, or why they cannot feed the forward. `lazy`: `values` maps a name
-    to (shape, make), and the result is a mapping that makes each value when the forward reads it (the forward
-    reads them through a one-layer window: at real shapes a side's fp32 weights are never all held)."""
+def _model_values(ctx: CheckContext, values: dict, side: str):
+    """HF name -> (shape, make) for every model tensor -> a mapping that makes each value when the forward reads it
+    (the forward reads them through a one-layer window: at real shapes a side's fp32 weights are never all held),
+    or why they cannot feed the forward (a tensor missing or misshapen)."""
     from harness.lazy import LazyMap
     out = {}
     for t in ctx.config.spec.tensors():
         v = values.get(t.name)
         if v is None:
             return f"the {side} lacks {t.name} (see S1/S2)"
-        shape = v[0] if lazy else v.shape
-        if tuple(shape) != tuple(t.shape):
-            return f"the {side}'s {t.name} has shape {list(shape)}, the model needs {list(t.shape)} (see S4)"
+        if tuple(v[0]) != tuple(t.shape):
+            return f"the {side}'s {t.name} has shape {list(v[0])}, the model needs {list(t.shape)} (see S4)"
         out[t.name] = v
-    if not lazy:
-        return out
     return LazyMap(list(out), lambda n: out[n][1]())
 
 
-def _dequantized(recipe, codes, scale, name: str, side: str):
-    """(shape, make): `make` dequantizes when called; a failure is the reason P1 gives (as an eager read would)."""
+def _held(v):
+    """(shape, make) of a value taken as it is held."""
+    return tuple(v.shape), lambda: v
+
+
+def _dequantized(recipe, codes, scale, reason: str = ""):
+    """(shape, make): `make` dequantizes when the forward reads the value; a failure raises `_Unavailable(reason)`
+    with the error chained, which the caller turns into P1's reason (as an eager read did)."""
     def make():
         try:
             return recipe.dequantize_weight(codes, scale)
-        except (KeyError, ValueError, RuntimeError, IndexError, TypeError):
-            raise _Unavailable(f"the {side} lacks {name} (see S1/S2)") from None
+        except (KeyError, ValueError, RuntimeError, IndexError, TypeError) as e:
+            raise _Unavailable(reason) from e
     return tuple(codes.shape), make
 
 
@@ -141,11 +144,11 @@ def _trainer_values(ctx: CheckContext):
             continue
         s = ctx.trainer.get(scale_name(t.name))
         if t.name in cfg.fp8_tensors:
-            tv[t.name] = _dequantized(cfg.trainer_recipe, v, s, t.name, "trainer snapshot") if s is not None \
-                else (tuple(v.shape), v.float)
+            tv[t.name] = _dequantized(cfg.trainer_recipe, v, s, f"the trainer snapshot lacks {t.name} (see S1/S2)") \
+                if s is not None else (tuple(v.shape), v.float)
         else:
-            tv[t.name] = (tuple(v.shape), lambda v=v: v)
-    return _model_values(ctx, tv, "trainer snapshot", lazy=True)
+            tv[t.name] = _held(v)
+    return _model_values(ctx, tv, "trainer snapshot")
 
 
 def _rollout_act_quant(ctx: CheckContext) -> str:
@@ -182,32 +185,19 @@ def floor_logprobs(ctx: CheckContext, prompts):
             ideal = online_engine_state_hf(cfg, sent) if cfg.engine_online else sent
         else:
             ideal = cfg.layout.vllm_to_hf(expected_engine_state(cfg, hf, post_load))
-        vals = {n: _checked_dequantized(cfg.engine_recipe, ideal[n], ideal[scale_name(n)])
-                if n in cfg.engine_fp8_tensors else (tuple(ideal[n].shape), lambda v=ideal[n]: v)
+        vals = {n: _dequantized(cfg.engine_recipe, ideal[n], ideal[scale_name(n)])
+                if n in cfg.engine_fp8_tensors else _held(ideal[n])
                 for n in (t.name for t in cfg.spec.tensors()) if n in ideal}
     except (KeyError, ValueError, RuntimeError, IndexError, TypeError) as e:
         return f"the trainer's bytes do not map onto the engine's layout ({e.__class__.__name__}: {e}; see S1/S4)"
-    vals = _model_values(ctx, vals, "perfect-sync engine", lazy=True)
+    vals = _model_values(ctx, vals, "perfect-sync engine")
     if isinstance(vals, str):
         return vals
     try:
         return _forward(ctx, vals, _rollout_act_quant(ctx), prompts)
-    except _Mapping as e:
-        e = e.__cause__
-        return f"the trainer's bytes do not map onto the engine's layout ({e.__class__.__name__}: {e}; see S1/S4)"
-
-
-class _Mapping(Exception):
-    """A perfect-sync engine's value that cannot be dequantized (raised as the forward reads it)."""
-
-
-def _checked_dequantized(recipe, codes, scale):
-    def make():
-        try:
-            return recipe.dequantize_weight(codes, scale)
-        except (KeyError, ValueError, RuntimeError, IndexError, TypeError) as e:
-            raise _Mapping() from e
-    return tuple(codes.shape), make
+    except _Unavailable as e:
+        c = e.__cause__
+        return f"the trainer's bytes do not map onto the engine's layout ({c.__class__.__name__}: {c}; see S1/S4)"
 
 
 def snapshot_logprobs(ctx: CheckContext, prompts):
@@ -226,10 +216,11 @@ def snapshot_logprobs(ctx: CheckContext, prompts):
         if n in cfg.engine_fp8_tensors:
             if scale_name(n) not in rhf:
                 continue
-            rv[n] = _dequantized(cfg.engine_recipe, rhf[n], rhf[scale_name(n)], n, "rollout snapshot")
+            rv[n] = _dequantized(cfg.engine_recipe, rhf[n], rhf[scale_name(n)],
+                                 f"the rollout snapshot lacks {n} (see S1/S2)")
         else:
-            rv[n] = (tuple(rhf[n].shape), lambda v=rhf[n]: v)
-    rv = _model_values(ctx, rv, "rollout snapshot", lazy=True)
+            rv[n] = _held(rhf[n])
+    rv = _model_values(ctx, rv, "rollout snapshot")
     if isinstance(rv, str):
         return rv
     try:

@@ -107,3 +107,22 @@ def test_the_probe_forward_holds_one_layer_of_dequantized_weights_at_a_time():
     assert sorted(n for n in made if n in layer_names) == sorted(layer_names)     # each made once, not per prompt
     want = prompts_logprobs(cfg.spec, Weights(base, frozenset(), None), prompts)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("side", ["trainer", "rollout"])
+def test_a_weight_that_cannot_be_dequantized_when_read_is_unknown_naming_it(side):
+    """The forward dequantizes when it reads a weight: a scale that does not fit its codes fails there, and P1 is
+    unknown naming the weight (as the eager read was), never a crash and never a pass. The trainer's case fails
+    at the read; the rollout's earlier, where the scale does not map back to checkpoint coordinates."""
+    from harness.snapshot import Snapshot
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    res, _, _ = reference_sync(cfg, steps=1, checks=False)
+    ctx = res.context(None)
+    snap = getattr(ctx, side)
+    ts = dict(snap.tensors)
+    k = next(n for n in ts if n.endswith("o_proj.weight_scale_inv"))
+    ts[k] = ts[k].reshape(-1)[:1].clone()
+    setattr(ctx, side, Snapshot(side, ts, snap.meta))
+    (f,) = run_catalog(ctx, ids=["P1"])
+    assert f.verdict == "unknown"
+    assert f"the {side} snapshot lacks {k.removesuffix('_scale_inv')}" in f.message
