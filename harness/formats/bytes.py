@@ -49,34 +49,27 @@ def is_sentinel(t: torch.Tensor) -> torch.Tensor:
     return (b.view(_INT_OF_SIZE[t.element_size()]) == -1).reshape(t.shape)
 
 
-def any_sentinel(t: torch.Tensor) -> bool:
-    """`is_sentinel(t).any()` in two fast passes: a byte compare, then the largest element of that 0/1 byte mask
-    read as one integer per element (all bytes poison <=> 0x01..01, the largest value such an integer can take)."""
-    if not t.numel():
-        return False
-    b = as_bytes(t)
-    hit = (b == torch.full_like(b, SENTINEL)).view(torch.uint8)
-    size = t.element_size()
-    if size in _INT_OF_SIZE and size > 1:
-        hit = hit.view(_INT_OF_SIZE[size])
-    elif size > 1:
-        return bool(is_sentinel(t).any())
-    return int(hit.amax()) == int.from_bytes(b"\x01" * size, "little")
-
-
-SCAN_CHUNK = 1 << 24       # elements screened at a time (a bounded temporary whatever the tensor's size)
-
-
 def _sentinel_flag(t: torch.Tensor) -> torch.Tensor:
-    """0-d bool on t's device: some element of t is all poison bytes (no host sync)."""
+    """0-d bool on t's device, no host sync: some element of t is all poison bytes. Two fast passes: a byte
+    compare, then the largest element of that 0/1 byte mask read as one integer per element (all bytes poison <=>
+    0x01..01, the largest value such an integer can take)."""
     b = as_bytes(t)
-    hit = (b == SENTINEL).view(torch.uint8)
+    # on the CPU against a tensor: its kernel for a scalar operand is ~15x slower
+    hit = (b == (torch.full_like(b, SENTINEL) if b.device.type == "cpu" else SENTINEL)).view(torch.uint8)
     size = t.element_size()
     if size == 1:
-        return hit.amax().bool()
+        return hit.amax() == 1
     if size in _INT_OF_SIZE:
         return hit.view(_INT_OF_SIZE[size]).amax() == int.from_bytes(b"\x01" * size, "little")
     return is_sentinel(t).any()
+
+
+def any_sentinel(t: torch.Tensor) -> bool:
+    """`is_sentinel(t).any()`, through `_sentinel_flag`'s two fast passes."""
+    return bool(t.numel()) and bool(_sentinel_flag(t))
+
+
+SCAN_CHUNK = 1 << 24       # elements screened at a time (a bounded temporary whatever the tensor's size)
 
 
 def sentinel_flags(tensors) -> list[bool]:
