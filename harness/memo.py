@@ -1,17 +1,21 @@
 """A memo bounded by the bytes of the tensors it keeps (least recently used first out). The fault matrix builds
 hundreds of engines from a few deterministic states, so those states are memoized; at real shapes one model's
-export is gigabytes, so the bound is in bytes, not entries, and a value larger than the bound is not kept."""
+export is gigabytes, so the bound is in bytes, not entries, and a value larger than the bound is not kept.
+Torch is imported where tensors are handled: a memo can be made where torch must not be imported (the checks'
+modules, which pre-flight loads without it)."""
 from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def nbytes(value) -> int:
     """Bytes of every tensor inside a (nested) tuple / list / dict value."""
+    import torch
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
     if isinstance(value, dict):
@@ -70,6 +74,7 @@ class Memo:
 
 
 def _tensors(value) -> list:
+    import torch
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, dict):
@@ -115,12 +120,14 @@ class IdentityMemo(Memo):
 def _fingerprint(t: torch.Tensor) -> tuple:
     """A cheap content key for one tensor (shape, dtype and the wrapping sum of its words): equal bytes give equal
     fingerprints; a collision only costs the exact comparison that follows."""
+    import torch
     w = _words(t)
     return tuple(t.shape), t.dtype, int(w.sum(dtype=torch.int64)) if w.numel() else 0
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor's bytes, flat, as int64 words where their count allows (bytes otherwise)."""
+    import torch
     from .formats.bytes import as_bytes
     b = as_bytes(t.contiguous())
     if b.numel() % 8 == 0 and b.storage_offset() % 8 == 0:
@@ -132,6 +139,7 @@ def _words(t: torch.Tensor) -> torch.Tensor:
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    import torch
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_words(a), _words(b))
 
 

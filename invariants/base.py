@@ -13,19 +13,13 @@ from typing import Callable, Iterable
 
 from harness.config import SyncConfig
 from harness.layouts import scale_name
+from harness.memo import IdentityMemo
 from harness.snapshot import Snapshot
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
-# the trainer's dequantized FP8 weights by the identity (and version) of its codes and scales, made on first use
-# (pre-flight imports the checks without torch); a few tiny models' worth: at real shapes it holds a few tensors
-_TRAINER_VALUES = []
-
-
-def trainer_values_memo():
-    if not _TRAINER_VALUES:
-        from harness.memo import IdentityMemo
-        _TRAINER_VALUES.append(IdentityMemo(128 << 20))
-    return _TRAINER_VALUES[0]
+# the trainer's dequantized FP8 weights by the identity (and version) of its codes and scales; a few tiny models'
+# worth: at real shapes it holds a few tensors
+TRAINER_VALUES = IdentityMemo(128 << 20)
 _RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
 
 
@@ -69,7 +63,7 @@ class CheckContext:
             if t is None:
                 v = None
             elif fp8:                  # the export's tensors are shared from sync to sync: dequantized once
-                v = trainer_values_memo().get_for(("dequantize", cfg.trainer_recipe), (t, s),
+                v = TRAINER_VALUES.get_for(("dequantize", cfg.trainer_recipe), (t, s),
                                            lambda: cfg.trainer_recipe.dequantize_weight(t, s))
             else:
                 v = t.float()
@@ -165,8 +159,8 @@ def run_invariant(inv: Invariant, ctx: CheckContext) -> list[Finding]:
 
 def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: Iterable[str] | None = None,
                 static_only: bool = False, force: bool = True, timings: dict | None = None) -> list[Finding]:
-    """Run the selected invariants. `timings`: filled with each invariant's seconds (where a catalog's time goes). `static_only`: only the rules over the config and the job (no snapshots).
-    Job rules run when the context carries a job (preflight); elsewhere there is no job config to judge.
+    """Run the selected invariants. `static_only`: only the rules over the config and the job (no snapshots).
+    `timings`: filled with each invariant's seconds (where a catalog's time goes). Job rules run when the context carries a job (preflight); elsewhere there is no job config to judge.
     `force`: ids named in `ids` run even where their condition does not exist in this configuration (a user asked
     for them); False makes `ids` a selection only (a caller's default set)."""
     ids = list(ids) if ids is not None else None

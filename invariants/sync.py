@@ -14,6 +14,7 @@ if TYPE_CHECKING:     # torch and the numerics are imported in the checks that c
     import torch
 
 from harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
+from harness.memo import IdentityMemo
 from .base import FAIL, CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff, bits_equal, engine_position, unravel, value_diff
 
@@ -107,9 +108,8 @@ def _layout_params(ctx: CheckContext) -> dict[str, tuple]:
 
 # memo of the declared transform by tensor identity (the entry keeps its inputs alive, so ids stay unique)
 _TRANSFORMED: dict = {}
-# what the declared transform changes in the trainer's values (S3), by the identity of the tensors it reads (made on
-# first use: pre-flight imports the checks without torch)
-_TRANSFORM_DIFF = []
+# what the declared transform changes in the trainer's values (S3), by the identity of the tensors it reads
+_TRANSFORM_DIFF = IdentityMemo(0)
 
 
 # -- S1 -----------------------------------------------------------------------------------------------------------
@@ -323,10 +323,7 @@ def s3_scales(ctx: CheckContext):
             def transform_diff():
                 return value_diff(recipe.dequantize_weight(codes, t), recipe.dequantize_weight(e_codes, e_scale))
             # a pure function of the trainer's tensors (shared from sync to sync) and their transform: judged once
-            if not _TRANSFORM_DIFF:
-                from harness.memo import IdentityMemo
-                _TRANSFORM_DIFF.append(IdentityMemo(0))
-            ev = _TRANSFORM_DIFF[0].get_for(("s3-transform", recipe), (codes, t, e_codes, e_scale), transform_diff)
+            ev = _TRANSFORM_DIFF.get_for(("s3-transform", recipe), (codes, t, e_codes, e_scale), transform_diff)
             ev = copy.deepcopy(ev)
             if ev:
                 out.append(fail("S3", sn, f"the engine's UE8M0 requantization changes {ev['differing']} weight "
