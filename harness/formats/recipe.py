@@ -73,12 +73,9 @@ class Recipe:
         if self.granularity == "block":
             quantize = quantize_blockwise
             if w.is_cuda:      # the Triton twin: the same bytes (tests/gpu/test_triton_conformance.py), 16x faster
-                try:           # than the torch reference on an H200 (C1 re-quantizes every master each sync)
-                    from .triton_blockwise import quantize_blockwise_triton as quantize, triton
-                    if triton is None:
-                        quantize = quantize_blockwise
-                except ImportError:
-                    quantize = quantize_blockwise
+                from . import triton_blockwise      # than the torch reference on an H200 (C1 re-quantizes every
+                if triton_blockwise.triton is not None:     # master each sync); it imports without Triton too
+                    quantize = triton_blockwise.quantize_blockwise_triton
             return quantize(w, self.block_shape, pow2=self.pow2, amax_epsilon=self.amax_epsilon,
                             fp8_dtype=self.fp8_dtype)
         if self.granularity == "mxfp8":
