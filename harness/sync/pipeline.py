@@ -193,18 +193,18 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     got: Captured = capture.capture(config, rollout, trainer_hf, record)
     t["capture"] = time.perf_counter() - t2
     t.update({f"capture.{k}": v for k, v in got.seconds.items()})
-    t5 = time.perf_counter()
     if resync and not errors:
-        # idempotence (S7): installing the same payload again must leave every kernel tensor unchanged
+        # idempotence (S7): installing the same payload again must leave every kernel tensor unchanged; one more
+        # install, by definition as dear as one (timed apart)
+        t5 = time.perf_counter()
         before = capture.before_resync(rollout, got)
         try:
             rollout.install(items, version, direct=direct, knobs=knobs)
             record.resync = Resync(capture.changed(rollout, before))
         except Exception as e:  # noqa: BLE001
             record.resync = Resync(error=str(e))
-    record.version, record.errors, record.poisoned = version, errors, poison
-    if resync and not errors:           # the idempotence probe: one more install, by definition as dear as one
         t["resync"] = time.perf_counter() - t5
+    record.version, record.errors, record.poisoned = version, errors, poison
     if mem is not None:                  # what capture (with the re-sync) added; the checks' own peak below
         import torch
         t["capture_extra_peak_bytes"] = int(torch.cuda.max_memory_allocated() - mem)
