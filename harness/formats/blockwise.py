@@ -153,14 +153,20 @@ _LUT: dict = {}
 _PAIRS: dict = {}
 
 
+def _byte_table(dtype: torch.dtype) -> torch.Tensor:
+    """Every fp8 byte -> its fp32 value (the cast's own bits)."""
+    lut = _LUT.get(dtype)
+    if lut is None:
+        lut = _LUT[dtype] = torch.arange(256, dtype=torch.uint8).view(dtype).float()
+    return lut
+
+
 def _pair_table(dtype: torch.dtype) -> torch.Tensor:
     """Every two consecutive fp8 bytes (read as one little-endian int16) -> their two fp32 values as one int64
     word: one table lookup per two elements (a 512 KiB table)."""
     table = _PAIRS.get(dtype)
     if table is None:
-        lut = _LUT.get(dtype)
-        if lut is None:
-            lut = _LUT[dtype] = torch.arange(256, dtype=torch.uint8).view(dtype).float()
+        lut = _byte_table(dtype)
         i = torch.arange(1 << 16, dtype=torch.int32)
         table = _PAIRS[dtype] = torch.stack([lut[i & 0xFF], lut[i >> 8]], 1).contiguous().view(torch.int64).reshape(-1)
     return table
@@ -176,7 +182,4 @@ def to_float(t: torch.Tensor) -> torch.Tensor:
     if n and n % 2 == 0 and t.is_contiguous() and t.storage_offset() % 2 == 0 and sys.byteorder == "little":
         pairs = t.reshape(-1).view(torch.uint8).view(torch.uint16).int()
         return _pair_table(t.dtype).index_select(0, pairs).view(torch.float32).reshape(t.shape)
-    lut = _LUT.get(t.dtype)
-    if lut is None:
-        lut = _LUT[t.dtype] = torch.arange(256, dtype=torch.uint8).view(t.dtype).float()
-    return lut.index_select(0, t.reshape(-1).view(torch.uint8).long()).reshape(t.shape)
+    return _byte_table(t.dtype).index_select(0, t.reshape(-1).view(torch.uint8).long()).reshape(t.shape)
