@@ -79,14 +79,11 @@ def _entries(tune: bool):
         out[f"reference_{mode} (torch on cuda)"] = lambda x, p=pow2: quantize_blockwise(x, pow2=p)
     out["state_digest (triton)"] = lambda x: state_digests({"x": x})
     if tune:                                   # launch knobs of the Triton kernel (same bytes whatever they are)
-        for w in (4, 8, 16):
-            for s in (16, 32, 64):
-                out[f"tune triton_fp32 num_warps={w} slice_rows={s}"] = lambda x, w=w, s=s: launch(
-                    x, num_warps=w, slice_rows=s)
-        for w in (8, 16, 32):          # slice_rows=128: the whole block as one tile, read once
-            for s in (128,):
-                out[f"tune triton_fp32 num_warps={w} slice_rows={s}"] = lambda x, w=w, s=s: launch(
-                    x, num_warps=w, slice_rows=s)
+        # slice_rows=128: the whole block as one tile, read once
+        knobs = [(w, s) for w in (4, 8, 16) for s in (16, 32, 64)] + [(w, 128) for w in (8, 16, 32)]
+        for w, s in knobs:
+            out[f"tune triton_fp32 num_warps={w} slice_rows={s}"] = lambda x, w=w, s=s: launch(
+                x, num_warps=w, slice_rows=s)
     return out
 
 
