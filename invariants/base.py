@@ -48,6 +48,9 @@ class CheckContext:
     probe_bounds: dict | None = None     # P1 bounds fixed before the run (default: derived per sync, see P1)
     job: object = None                   # a parsed RL job config (harness.jobconfig.Job): the job rules read it
     cold: Snapshot | None = None         # a fresh engine given the same sync (the cold-vs-warm differential)
+    # what a correct sync leaves in the engine (vLLM names): `expected_engine_state` of the trainer snapshot under
+    # the rollout record's post-load transform, as the pipeline's capture computed it (None: computed where needed)
+    expected_engine: dict | None = None
 
     def trainer_value(self, name: str):
         """One trainer tensor as fp32 values (FP8 dequantized), computed on demand; None if absent. Dequantized

@@ -183,8 +183,9 @@ def floor_logprobs(ctx: CheckContext, prompts):
             from harness.numerics.online import online_engine_state_hf
             sent = {n: ctx.payload[n] for n in ctx.payload.names()}
             ideal = online_engine_state_hf(cfg, sent) if cfg.engine_online else sent
-        else:
-            ideal = cfg.layout.vllm_to_hf(expected_engine_state(cfg, hf, post_load))
+        else:           # the capture's expected state where it computed one (the same function of the same inputs)
+            held = ctx.expected_engine
+            ideal = cfg.layout.vllm_to_hf(held if held is not None else expected_engine_state(cfg, hf, post_load))
         vals = {n: _dequantized(cfg.engine_recipe, ideal[n], ideal[scale_name(n)])
                 if n in cfg.engine_fp8_tensors else _held(ideal[n])
                 for n in (t.name for t in cfg.spec.tensors()) if n in ideal}
@@ -200,14 +201,29 @@ def floor_logprobs(ctx: CheckContext, prompts):
         return f"the trainer's bytes do not map onto the engine's layout ({c.__class__.__name__}: {c}; see S1/S4)"
 
 
-def snapshot_logprobs(ctx: CheckContext, prompts):
+def holds_expected(ctx: CheckContext) -> bool:
+    """The rollout snapshot is the capture's expected state itself (every parameter's digest matched, DigestFirst
+    represented each by its expected tensor): the rollout's reference forward is then the floor's, the same
+    function of the same tensor objects, and is computed once."""
+    held, r = ctx.expected_engine, ctx.rollout
+    return (held is not None and r is not None and ctx.config.rollout.quantization == "checkpoint"
+            and set(r.tensors) == set(held) and all(r.tensors[k] is held[k] for k in held))
+
+
+def snapshot_logprobs(ctx: CheckContext, prompts, rollout=None):
     """(trainer, rollout) log-probs on `prompts` from the snapshots' own reference forwards, or a reason string.
     FP8 weights enter the forward dequantized; high-precision ones as held (BF16, cast to fp32 where the forward
-    uses them: at real shapes an fp32 copy of both vocabulary matrices would be 5 GB per side)."""
+    uses them: at real shapes an fp32 copy of both vocabulary matrices would be 5 GB per side). `rollout`: the
+    rollout side's log-probs already computed (`holds_expected`: the floor's)."""
     cfg, spec = ctx.config, ctx.config.spec
     tv = _trainer_values(ctx)
     if isinstance(tv, str):
         return tv
+    if rollout is not None:
+        try:
+            return _forward(ctx, tv, _trainer_act_quant(ctx), prompts, cfg.trainer_fp8_tensors), rollout
+        except _Unavailable as e:
+            return str(e)
     rhf, rv = ctx.rollout_hf, {}
     for t in spec.tensors():
         n = t.name
@@ -248,17 +264,20 @@ def p1_probe(ctx: CheckContext):
     prompts = run.prompts if run is not None else prompts_for(ctx.config.spec.vocab_size)
     if run is not None and run.error:
         return [unknown("P1", f"the engines could not serve the probe prompts: {run.error}")]
+    ideal = None
     if run is not None:
         lt, lr, source = run.trainer, run.rollout, "measured by the engines"
     else:
-        got = snapshot_logprobs(ctx, prompts)
+        if holds_expected(ctx):      # the rollout's forward is the floor's: one forward instead of two
+            ideal = floor_logprobs(ctx, prompts)
+        got = snapshot_logprobs(ctx, prompts, None if ideal is None or isinstance(ideal, str) else ideal)
         if isinstance(got, str):
             return [unknown("P1", f"cannot run the probe forward: {got}")]
         (lt, lr), source = got, "reference forward of the snapshots"
     m = probe_metrics(lt, lr)
     bounds, floor = ctx.probe_bounds, None
     if bounds is None:
-        ideal = floor_logprobs(ctx, prompts)
+        ideal = ideal if ideal is not None else floor_logprobs(ctx, prompts)
         if isinstance(ideal, str):
             return [unknown("P1", f"no independent reference to bound the probe: {ideal}", metrics=m)]
         floor = probe_metrics(lt, ideal)

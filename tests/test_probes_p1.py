@@ -126,3 +126,38 @@ def test_a_weight_that_cannot_be_dequantized_when_read_is_unknown_naming_it(side
     (f,) = run_catalog(ctx, ids=["P1"])
     assert f.verdict == "unknown"
     assert f"the {side} snapshot lacks {k.removesuffix('_scale_inv')}" in f.message
+
+
+def _p1_forwards(monkeypatch, cfg, capture, fault=None):
+    """The P1 finding of a reference sync captured with `capture`, and how many reference forwards P1 ran."""
+    import harness.numerics.forward as fw
+    res = reference_sync(cfg, capture=capture, fault=fault, checks=False)[0]
+    calls, real = [], fw.prompts_logprobs
+    monkeypatch.setattr(fw, "prompts_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    (f,) = run_catalog(res.context(), ids=["P1"])
+    monkeypatch.setattr(fw, "prompts_logprobs", real)
+    return f, len(calls)
+
+
+@pytest.mark.parametrize("recipe", ["blockwise-fp32", "blockwise-pow2"])
+def test_a_digest_first_capture_runs_the_floor_once_for_the_rollout_too(monkeypatch, recipe):
+    """Every digest matched: the rollout snapshot is the capture's expected state, so its forward is the floor's
+    (two forwards, not three) and P1 says exactly what it says over a full read of the engine."""
+    from harness.sync.capture import DigestFirst, FullRead
+    cfg = recommended_config("tiny-dense", recipe)
+    full, n_full = _p1_forwards(monkeypatch, cfg, FullRead())
+    dig, n_dig = _p1_forwards(monkeypatch, cfg, DigestFirst())
+    assert (n_full, n_dig) == (3, 2)
+    assert dig.verdict == full.verdict == "pass" and dig.message == full.message
+    assert dig.evidence["metrics"] == full.evidence["metrics"] and dig.evidence["floor"] == full.evidence["floor"]
+
+
+def test_an_engine_that_holds_other_bytes_gets_its_own_forward(monkeypatch):
+    from faults import FAULTS
+    from harness.sync.capture import DigestFirst, FullRead
+    from harness.sync.pipeline import fault_config
+    fault = FAULTS["scale_nan_block"]
+    cfg = fault_config(recommended_config("tiny-dense", "blockwise-fp32"), fault)
+    full, _ = _p1_forwards(monkeypatch, cfg, FullRead(), fault)
+    dig, n_dig = _p1_forwards(monkeypatch, cfg, DigestFirst(), fault)
+    assert n_dig == 3 and dig.verdict == full.verdict == "fail" and dig.message == full.message

@@ -30,6 +30,9 @@ class Captured:
     params: int              # parameters the engine holds
     mismatching: list        # DigestFirst: parameters whose digest differed (first 20 kept by callers)
     seconds: dict = field(default_factory=dict)   # where the capture's time went (engine digests, expected, ...)
+    # what a correct sync leaves in the engine (rank names), as computed for the comparison; None where it was not
+    # (FullRead) or could not be: the checks then compute it themselves (P1's floor reads it: one copy per sync)
+    expected: dict | None = None
 
 
 class FullRead:
@@ -75,9 +78,9 @@ class DigestFirst:
         got = rollout.state_digests()
         t1 = time.perf_counter()
         try:
-            expected = expected_engine_state(config, trainer_hf, record.post_load)
+            expected, computed = expected_engine_state(config, trainer_hf, record.post_load), True
         except (LayoutError, KeyError, ValueError, RuntimeError):
-            expected = {}               # the trainer's export does not fit the layout: read everything
+            expected, computed = {}, False    # the trainer's export does not fit the layout: read everything
         t2 = time.perf_counter()
         # one batch: on a GPU the expected side's digests cost one host copy, not one per parameter
         want = state_digests({k: expected[k] for k in got if k in expected})
@@ -90,7 +93,7 @@ class DigestFirst:
         tensors = {k: fetched[k] if k in mismatch else expected[k] for k in got if k not in mismatch or k in fetched}
         seconds = {"engine_digests": t1 - t0, "expected_state": t2 - t1, "expected_digests": t3 - t2,
                    "fetch": time.perf_counter() - t3}
-        return Captured(tensors, len(fetched), len(got), mismatch, seconds)
+        return Captured(tensors, len(fetched), len(got), mismatch, seconds, expected if computed else None)
 
     def fingerprint(self, rollout) -> dict:
         return rollout.state_digests()

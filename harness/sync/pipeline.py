@@ -80,11 +80,12 @@ class SyncResult:
     findings: list | None = None
     probes: dict | None = None           # the probe's metrics (learner vs sampler on the probe prompts)
     probe_run: object = None             # invariants.probes.ProbeRun: the log-probs P1 judges
+    expected_engine: dict | None = None  # the capture's expected engine state (DigestFirst), handed to the checks
 
     def context(self, probe_bounds=None):
         from invariants import CheckContext
         return CheckContext(self.config, self.payload, self.trainer, self.rollout, self.master, self.probe_run,
-                            probe_bounds)
+                            probe_bounds, expected_engine=self.expected_engine)
 
     @property
     def fired(self) -> list[str]:
@@ -213,7 +214,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
                      Snapshot("trainer", dict(trainer_hf), replace(trecord, fp8_param=config.trainer.fp8_param)),
                      Snapshot("rollout", got.tensors, record), payload_snapshot(received, report),
                      Snapshot("master", master_hf) if master_hf is not None else None, errors,
-                     got.fetched, got.params, got.mismatching)
+                     got.fetched, got.params, got.mismatching, expected_engine=got.expected)
     if probes:
         from invariants.probes import ProbeRun
         t3 = time.perf_counter()
