@@ -62,21 +62,30 @@ def test_check_sync_leaves_kv_scales_alone_on_a_bf16_kv_cache():
     assert forced and all(f.invariant_id == "R1" for f in forced)
 
 
+NEAR_TIE = 0.02     # logits apart: a pick the full forward ranks second by less than this is a near-tie
+
+
 @pytest.mark.parametrize("model", ["tiny-dense", "tiny-moe", "tiny-hybrid"])
 def test_greedy_with_the_kv_cache_picks_the_tokens_of_a_full_recompute(model):
-    """The reference engine's greedy decoding reads a KV cache (full-attention models): each token must be the one
-    a forward over the whole sequence picks (hybrid models recompute; the loop below is the oracle for both)."""
+    """The reference engine's greedy decoding reads a KV cache (full-attention models): each token must be one a
+    forward over the whole sequence picks (hybrid models recompute; the loop below is the oracle for both). Picks,
+    up to a near-tie: a decode step's GEMMs have another shape than the full forward's, and on some CPUs (AVX-512)
+    the last-bit difference flips an FP8 activation code; tiny-moe then sees logits 0.004 apart swap places."""
     import torch
     from harness.numerics.forward import logits
     from harness.sync.pipeline import differential_prompts
     res, _, rollout = reference_sync(recommended_config(model, "blockwise-fp32"), checks=False)
     spec, W = res.config.spec, rollout.hf_weights()
     prompts = differential_prompts(spec.vocab_size)
-    want = []
-    for p in prompts:
+    got = rollout.greedy(prompts, max_tokens=6)
+    assert len(got) == len(prompts) and all(len(g) == 6 for g in got)
+    gaps = []
+    for p, g in zip(prompts, got):
         seq = list(p)
         with torch.no_grad():
-            for _ in range(6):
-                seq.append(int(logits(spec, W, seq)[-1].argmax()))
-        want.append(seq[len(p):])
-    assert rollout.greedy(prompts, max_tokens=6) == want
+            for tok in g:             # teacher-forced on the engine's own picks: the first divergence would cascade
+                lg = logits(spec, W, seq)[-1]
+                gaps.append(float(lg.max() - lg[tok]))
+                seq.append(tok)
+    assert all(gap <= NEAR_TIE for gap in gaps), gaps     # NaN fails
+    assert sum(gap == 0.0 for gap in gaps) >= len(gaps) - 2, gaps   # a near-tie is the exception, not the rule
