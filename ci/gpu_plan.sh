@@ -33,12 +33,11 @@
 #  18  `fp8check live` dense with every live fault, then the user-engine tests
 #  19  the 2026-12-02 (third) session: `fp8check e2e --engine live` on-policy seeds 0-2, the seeds' naive arm 0-1
 #  20  what the 2026-12-02 (third) session left unrun: the plugin on real vLLM, BF16 seeds 1-2 (the live
-#      on-policy / BF16 claim needs two seeds or more), the quantizer bench (the one-read whole-block tile among
-#      the knobs)
+#      on-policy / BF16 claim needs two seeds or more)
 #  21  `fp8check live` dense with every live fault, the sync bench on Qwen3-8B shapes cut to 12 layers (with and
-#      without S7's re-sync; where capture's and the checks' time goes)
-#  22  what no session has run yet: phase `precisions` whole (fp8check's vLLM engine per block and in BF16), phase
-#      `triton` with the one-read tile and Recipe.quantize_weight on CUDA
+#      without S7's re-sync; where capture's and the checks' time goes), the quantizer bench
+#  22  what no session has run yet: phase `triton` (the one-read tile, Recipe.quantize_weight on CUDA), the two
+#      cases of phase `precisions` that its time never reached (fp8check's vLLM engine per block and in BF16)
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -118,11 +117,13 @@ bench_quantize() {
   mkdir -p "$R/bench"; timeout "$(cap 150)" python3 bench/gpu_bench.py --quantize --out "$R/bench/quantize.json" \
     > "$R/bench/quantize.txt" 2>&1
   log "bench quantize: rc $? $(grep -E '^(triton|TE|te_|clone|digest)' "$R/bench/quantize.txt" | tr '\n' ' ' | cut -c1-900)"
+  cp "$R/bench/quantize.json" "$R/bench/quantize.txt" "$(dirname "$R")/" 2>/dev/null
 }
 bench_sync() {   # bench_sync MODEL: the device sync path, the catalog's share of it (bench/gpu_bench.py --sync)
   mkdir -p "$R/bench"; timeout "$(cap 420)" python3 bench/gpu_bench.py --sync "$1" --layers "${SYNC_LAYERS:-12}" \
     --out "$R/bench/sync-$1.json" > "$R/bench/sync-$1.txt" 2>&1
   log "bench sync $1: rc $? $(grep -E '^(sync|  )' "$R/bench/sync-$1.txt" | cut -c1-700 | tr '\n' ' ')"
+  cp "$R/bench/sync-$1.json" "$R/bench/sync-$1.txt" "$(dirname "$R")/" 2>/dev/null   # beside the archive (2026-12-02: an archive over the size limit came back without them)
 }
 case $CALL in
   1) phase numerics 300; phase conformance-dense 420 ;;
@@ -151,9 +152,9 @@ case $CALL in
   17) e2e_part onpolicy-fp8 2 1 225; e2e_part naive-fp8 2 1 150; phase user 200 ;;
   18) live_cli dense; phase user 200 ;;
   19) e2e_part onpolicy-fp8 0 3 330; e2e_part naive-fp8 0 2 230 ;;
-  20) plugin_live; e2e_part bf16 1 2 230; bench_quantize ;;
-  21) live_cli dense; bench_sync qwen3-8b ;;
-  22) phase precisions 380; phase triton 150 ;;
+  20) plugin_live; e2e_part bf16 1 2 230 ;;
+  21) live_cli dense; bench_sync qwen3-8b; bench_quantize ;;
+  22) phase triton 150; phase precisions-rest 240 ;;
   *) echo "gpu_plan.sh: CALL must be 1 to 22, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1

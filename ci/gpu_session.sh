@@ -17,6 +17,7 @@ declare -A FILES=(
   [user]="tests/gpu/test_user_engine.py"
   [online]="tests/gpu/test_te_delayed_conformance.py tests/gpu/test_vllm_online_conformance.py tests/gpu/test_online_engine.py"
   [precisions]="tests/gpu/test_live_precisions.py"
+  [precisions-rest]="tests/gpu/test_live_precisions.py -k online-per-block_or_tiny-dense-none"
   [triton]="tests/gpu/test_triton_conformance.py"
   [scale]="tests/gpu/test_real_scale.py"
   [e2e]="tests/gpu/test_e2e_rl.py"
