@@ -265,9 +265,9 @@ def test_the_command_writes_records_figures_and_report(tmp_path, capsys):
         assert f"plots/{m.key}.png" in report
     summary = json.load(open(os.path.join(out, "summary.json")))
     verdicts = {c["id"]: c["verdict"] for c in summary["claims"]}
-    assert verdicts == {"sync-bf16": "holds", "sync-onpolicy-fp8": "holds", "naive-over-onpolicy": "unknown",
-                        "bf16-rollout-over-onpolicy": "unknown", "onpolicy-under-bf16-sampler": "unknown",
-                        "other-grid-over-onpolicy": "unknown", "onpolicy-over-bf16": "violated",
+    assert verdicts == {"sync-bf16": "holds", "sync-onpolicy-fp8": "holds", "naive-over-onpolicy": "not run",
+                        "bf16-rollout-over-onpolicy": "not run", "onpolicy-under-bf16-sampler": "not run",
+                        "other-grid-over-onpolicy": "not run", "onpolicy-over-bf16": "violated",
                         "learning-bf16": "unknown", "learning-onpolicy-fp8": "unknown"}, verdicts
     # the console carries each arm's figures (a part of a live run whose files are lost still leaves them), the
     # same numbers the summary holds
@@ -320,6 +320,8 @@ def test_a_split_run_merges_into_one_report(tmp_path, capsys):
                                                             ("onpolicy-fp8", 1)]
     claims = {c["id"]: c for c in json.load(open(os.path.join(out, "summary.json")))["claims"]}
     assert "over 2 seed(s)" in claims["onpolicy-over-bf16"]["detail"]
+    report = open(os.path.join(out, "report.md")).read()
+    assert "Joined from 2 parts" in report and "None" not in report
     capsys.readouterr()
     assert main(["e2e", "--merge", a, a, "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()

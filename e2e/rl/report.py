@@ -84,7 +84,10 @@ def build(runs: list[dict], steps: list[dict], claims: list[dict], meta: dict) -
                  f"{meta['steps']} RL steps after {meta['settings']['warmup_steps']} supervised warm-up steps, "
                  f"{meta['seeds']} seed(s), {meta['settings']['prompts_per_step']} prompts x "
                  f"{meta['settings']['group_size']} completions per step, engines: {meta['settings']['engines']}. "
-                 f"Wall time {meta.get('wall_seconds', 0):.0f} s with {meta.get('jobs')} worker process(es)."),
+                 + (f"Wall time {meta.get('wall_seconds', 0):.0f} s with {meta['jobs']} worker process(es)."
+                    if meta.get("jobs") else
+                    f"Joined from {len(meta.get('merged_from') or [])} parts; the runs' own wall times add up to "
+                    f"{meta.get('wall_seconds', 0):.0f} s.")),
            ("p", FLOOR_LIVE if meta["settings"]["engines"] == "live" else FLOOR),
            ("h2", "Claims (tolerances fixed before the run)"),
            ("table", ["claim", "verdict", "detail"],

@@ -16,7 +16,7 @@ from ..formats import RECIPES
 from ..models import MODELS
 from .report import console
 
-CLAIM_STYLE = {"holds": "green", "violated": "bold red", "unknown": "yellow"}
+CLAIM_STYLE = {"holds": "green", "violated": "bold red", "unknown": "yellow", "not run": "dim"}
 
 
 def _arms(text: str) -> list[str]:
