@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 22)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 24)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
@@ -38,6 +38,10 @@
 #      without S7's re-sync; where capture's and the checks' time goes), the quantizer bench
 #  22  what no session has run yet: phase `triton` (the one-read tile, Recipe.quantize_weight on CUDA), the two
 #      cases of phase `precisions` that its time never reached (fp8check's vLLM engine per block and in BF16)
+#  23  phase `user` (check_sync on a user's engine, the README snippet verbatim)
+#  24  `fp8check live` on tiny-moe
+# The device copies the working tree with each call, 64 MiB in all with the carried paths: a staging part is 60 MiB,
+# so the tracked files must stay under 4 MiB during staging (move ci/gpu-results and ci/e2e-results out and back).
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
 # start-up memory profile fail ("No available memory for the cache blocks", "Error in memory profiling") whenever
 # another process allocated or freed GPU memory while an engine was starting.
@@ -155,7 +159,9 @@ case $CALL in
   20) plugin_live; e2e_part bf16 1 2 230 ;;
   21) live_cli dense; bench_sync qwen3-8b; bench_quantize ;;
   22) phase triton 150; phase precisions-rest 240 ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 22, got $CALL" >&2; exit 2 ;;
+  23) phase user 300 ;;
+  24) live_cli moe ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 24, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"
