@@ -44,6 +44,53 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bytes_equal(a, b)
 
 
+def differs(a: torch.Tensor, b: torch.Tensor, defer: bool | None = None):
+    """`not bits_equal(a, b)` as a flag that need not cross to the host yet: a Python bool, or for two tensors on
+    one GPU a 0-d bool tensor there (compared chunk by chunk: a bounded temporary). `resolve` turns a list of flags
+    into bools with one copy per device: at real shapes a check comparing 150 tensors one `torch.equal` at a time
+    waits on the GPU 150 times. `defer`: force the tensor flag (True) or the bool (False); default: off the CPU."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return True
+    if a.device != b.device or a.device.type == "meta" or not (a.device.type != "cpu" if defer is None else defer):
+        return not bytes_equal(a, b)
+    wa, wb = words(a), words(b)
+    if wa.dtype != wb.dtype:
+        wa, wb = as_bytes(a), as_bytes(b)
+    if not wa.numel() or (wa.data_ptr() == wb.data_ptr() and wa.stride() == wb.stride()):
+        return False                # one storage, one view of it
+    flags = [(wa[o:o + CHUNK] != wb[o:o + CHUNK]).any() for o in range(0, wa.numel(), CHUNK)]
+    return flags[0] if len(flags) == 1 else torch.stack(flags).any()
+
+
+def flag(mask_any):
+    """A condition computed on a tensor's device (a 0-d bool tensor) as a flag: a bool at once on the CPU (where a
+    host read costs nothing), left on the GPU for `resolve` otherwise."""
+    return bool(mask_any) if mask_any.device.type == "cpu" else mask_any
+
+
+def any_of(*flags):
+    """The flags' disjunction, still a flag (a bool where every one is)."""
+    if any(f is True for f in flags):
+        return True
+    pending = [f for f in flags if not isinstance(f, bool)]
+    if not pending:
+        return False
+    return pending[0] if len(pending) == 1 else torch.stack([f.reshape(()) for f in pending]).any()
+
+
+def resolve(flags) -> list[bool]:
+    """Flags (bools, or 0-d tensors from `differs` / `flag`) -> bools, one host copy per device."""
+    out = [f if isinstance(f, bool) else None for f in flags]
+    pending: dict = {}
+    for i, f in enumerate(flags):
+        if out[i] is None:
+            pending.setdefault(f.device, []).append(i)
+    for ix in pending.values():
+        for i, v in zip(ix, torch.stack([flags[i].reshape(()) for i in ix]).cpu().tolist()):
+            out[i] = bool(v)
+    return out
+
+
 def elements(t: torch.Tensor) -> torch.Tensor:
     """One integer per element (its bytes), flat: element-wise bit comparisons without a byte axis."""
     return as_bytes(t).view(_INT[t.element_size()]) if t.element_size() in _INT else \

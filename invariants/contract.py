@@ -31,26 +31,49 @@ def c1_recipe(ctx: CheckContext):
     if cfg.delayed_scaling is not None:
         return [unknown("C1", "trainer.precision=fp8-delayed: a delayed-scaling scale comes from the learner's amax "
                               "history, not from the master it quantizes; nothing to recompute")]
+    from harness.bitview import any_of, differs, resolve
+
+    def requantized(name):
+        m = ctx.master[name]        # the same values as through fp32, without an fp32 copy of a BF16 master
+        return cfg.recipe.quantize_weight(m.float() if cfg.trainer.fp8_param else m.to(torch.bfloat16))
+    # first every tensor's flag (on a GPU: one host round trip for all, and no re-quantized copy kept), then the
+    # evidence where one differs; flags known at once (the CPU) keep their tensors and stop at the finding cap
+    names, flags, held, known = [], [], {}, 0
     for name in sorted(cfg.trainer_fp8_tensors):
+        if known >= 10:
+            break
         if name not in ctx.master or name not in ctx.trainer:
             continue
-        m = ctx.master[name].float()
-        if tuple(m.shape) != tuple(cfg.layout.hf_shapes[name]):
-            out.append(unknown("C1", f"master has shape {list(m.shape)}, the model needs {list(cfg.layout.hf_shapes[name])}",
-                               tensor=name))
+        shape = tuple(ctx.master[name].shape)
+        if shape != tuple(cfg.layout.hf_shapes[name]):
+            names.append(name)
+            flags.append(unknown("C1", f"master has shape {list(shape)}, the model needs "
+                                       f"{list(cfg.layout.hf_shapes[name])}", tensor=name))
+            known += 1
             continue
-        src = m if cfg.trainer.fp8_param else m.to(torch.bfloat16)
-        q, s = cfg.recipe.quantize_weight(src)
+        q, s = requantized(name)
+        got_s = ctx.trainer.get(scale_name(name))
+        names.append(name)
+        flags.append(any_of(differs(q, ctx.trainer[name]), differs(s, got_s) if got_s is not None else False))
+        if flags[-1] is True:           # one finding each
+            held[name], known = (q, s), known + 1
         n += 1
-        for what, exp, got in (("codes", q, ctx.trainer[name]), ("scale_inv", s, ctx.trainer.get(scale_name(name)))):
-            if got is None:
-                continue
-            ev = bit_diff(exp, got)
-            if ev:
-                out.append(fail("C1", name if what == "codes" else scale_name(name),
-                                f"trainer {what} are not recipe {cfg.recipe.name!r} applied to the master "
-                                f"(scale format or amax epsilon differs from what the config declares)", **ev))
-                break
+    screened = resolve([f for f in flags if not hasattr(f, "verdict")])
+    hits = iter(screened)
+    for name, f in zip(names, flags):
+        if hasattr(f, "verdict"):
+            out.append(f)
+        elif next(hits):
+            q, s = held.pop(name) if name in held else requantized(name)
+            for what, exp, got in (("codes", q, ctx.trainer[name]), ("scale_inv", s, ctx.trainer.get(scale_name(name)))):
+                if got is None:
+                    continue
+                ev = bit_diff(exp, got)
+                if ev:
+                    out.append(fail("C1", name if what == "codes" else scale_name(name),
+                                    f"trainer {what} are not recipe {cfg.recipe.name!r} applied to the master "
+                                    f"(scale format or amax epsilon differs from what the config declares)", **ev))
+                    break
         if len(out) >= 10:
             break
     if not out and not n:

@@ -49,6 +49,22 @@ def _evidence(out: list) -> bool:
     return len(out) < MAX_FINDINGS
 
 
+def _screened(steps: list, out: list) -> None:
+    """Append to `out`, in order, each step's finding: `steps` holds findings, or (flag, detail) pairs whose
+    `detail(out)` (a finding or None) runs only where the flag is set. The flags (harness.bitview.differs / flag:
+    on a GPU 0-d tensors) cross to the host at once, so a check over every FP8 tensor waits on the device once,
+    not once per comparison; the evidence (`detail`) costs a pass only where something differs."""
+    from harness.bitview import resolve
+    flags = iter(resolve([s[0] for s in steps if isinstance(s, tuple)]))
+    for s in steps:
+        if not isinstance(s, tuple):
+            out.append(s)
+        elif next(flags):
+            f = s[1](out)
+            if f is not None:
+                out.append(f)
+
+
 def _where(ctx: CheckContext, name: str, ev: dict | None) -> dict:
     if ev and "index" in ev:
         tp = ctx.config.rollout.tp_size
@@ -195,35 +211,42 @@ def _requantized(cfg, trainer_tensor) -> str:
            "(after undoing the engine's declared layout)", needs=("trainer", "rollout"),
            source="fp8check's own")
 def s2_codes(ctx: CheckContext):
-    out, n_checked = [], 0
+    from harness.bitview import differs
+    out, n_checked, steps = [], 0, []
     rhf = ctx.rollout_hf
     for n in _fp8_names(ctx):
         t = ctx.trainer.get(n)
         if t is None:
-            out.append(unknown("S2", "trainer snapshot lacks this FP8 weight", tensor=n))
+            steps.append(unknown("S2", "trainer snapshot lacks this FP8 weight", tensor=n))
             continue
         if ctx.payload is not None and ctx.config.fp8_on_wire and n in ctx.payload:
-            ev = bit_diff(t, ctx.payload[n], _evidence(out))
-            if ev:
-                out.append(fail("S2", n, "codes on the wire differ from the trainer's", stage="wire", **ev))
+            def wire_diff(out, n=n, t=t, w=ctx.payload[n]):
+                ev = bit_diff(t, w, _evidence(out))
+                return fail("S2", n, "codes on the wire differ from the trainer's", stage="wire", **ev) if ev else None
+            steps.append((differs(t, ctx.payload[n]), wire_diff))
         r = rhf.get(n)
         if r is None:
-            out.append(fail("S2", n, "the engine holds no codes for this weight: " +
-                            ctx.rollout_hf_errors.get(n, "not in the rollout"), stage="engine"))
+            steps.append(fail("S2", n, "the engine holds no codes for this weight: " +
+                              ctx.rollout_hf_errors.get(n, "not in the rollout"), stage="engine"))
             continue
         ek = expected_kernel(ctx, n) if scale_name(n) in ctx.trainer else (t, None, False)
         if ek is None:
-            out.append(unknown("S2", f"trainer codes {list(t.shape)} cannot take the engine's declared post-load "
-                                     f"transform (not a block-quantized weight)", tensor=n))
+            steps.append(unknown("S2", f"trainer codes {list(t.shape)} cannot take the engine's declared post-load "
+                                       f"transform (not a block-quantized weight)", tensor=n))
             continue
         n_checked += 1
         exp, _, transformed = ek
-        ev = bit_diff(exp, r, _evidence(out))
-        if ev:
+
+        def engine_diff(out, n=n, t=t, exp=exp, r=r, transformed=transformed):
+            ev = bit_diff(exp, r, _evidence(out))
+            if not ev:
+                return None
             what = "the trainer's codes after the engine's declared UE8M0 requantization" if transformed \
                 else "the trainer's"
-            out.append(fail("S2", n, f"codes the sampler reads differ from {what}{_requantized(ctx.config, t)}",
-                            stage="engine", **_where(ctx, n, ev)))
+            return fail("S2", n, f"codes the sampler reads differ from {what}{_requantized(ctx.config, t)}",
+                        stage="engine", **_where(ctx, n, ev))
+        steps.append((differs(exp, r), engine_diff))
+    _screened(steps, out)
     if not out:
         if not n_checked:
             return [unknown("S2", "nothing to check: no FP8 weight in both the trainer and the rollout snapshot")]
@@ -267,16 +290,17 @@ def diagnose_scale(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
            source="fp8check's own")
 def s3_scales(ctx: CheckContext):
     import torch
+    from harness.bitview import differs, flag
     from harness.formats import E8M0, is_pow2
     from harness.formats.blockwise import pad_blocks
-    out, n_checked = [], 0
+    out, n_checked, steps = [], 0, []
     recipe = ctx.config.recipe
     rhf = ctx.rollout_hf
     for n in _fp8_names(ctx):
         sn = scale_name(n)
         t = ctx.trainer.get(sn)
         if t is None:
-            out.append(unknown("S3", "trainer snapshot lacks this scale", tensor=sn))
+            steps.append(unknown("S3", "trainer snapshot lacks this scale", tensor=sn))
             continue
         # encoding of the trainer's (and the wire's) scales under the declared recipe
         for stage, s in (("trainer", t), ("wire", ctx.payload.get(sn) if ctx.payload is not None else None)):
@@ -284,20 +308,26 @@ def s3_scales(ctx: CheckContext):
                 continue
             if recipe.scale_format == "e8m0":
                 if s.dtype != E8M0:
-                    out.append(fail("S3", sn, f"{stage}: E8M0 scales declared, got {s.dtype}", stage=stage))
-                elif bool((s.view(torch.uint8) == 0xFF).any()):
-                    out.append(fail("S3", sn, f"{stage}: E8M0 NaN byte 0xFF in scales", stage=stage))
+                    steps.append(fail("S3", sn, f"{stage}: E8M0 scales declared, got {s.dtype}", stage=stage))
+                else:
+                    steps.append((flag((s.view(torch.uint8) == 0xFF).any()), lambda out, sn=sn, stage=stage: fail(
+                        "S3", sn, f"{stage}: E8M0 NaN byte 0xFF in scales", stage=stage)))
                 continue
             v = s.float()
             bad = ~(torch.isfinite(v) & (v > 0))
-            if bool(bad.any()):
-                out.append(fail("S3", sn, f"{stage}: non-positive or non-finite scale_inv", stage=stage,
-                                index=[int(i) for i in bad.nonzero()[0]], value=float(v[bad][0])))
-                continue
-            if recipe.scale_format == "pow2" and not bool(is_pow2(v).all()):
-                i = (~is_pow2(v)).nonzero()[0]
-                out.append(fail("S3", sn, f"{stage}: power-of-two scales declared, log2 not integral", stage=stage,
-                                index=[int(x) for x in i], value=float(v[tuple(i)])))
+            bad_any = bad.any()
+
+            def non_positive(out, sn=sn, stage=stage, v=v, bad=bad):
+                return fail("S3", sn, f"{stage}: non-positive or non-finite scale_inv", stage=stage,
+                            index=[int(i) for i in bad.nonzero()[0]], value=float(v[bad][0]))
+            steps.append((flag(bad_any), non_positive))
+            if recipe.scale_format == "pow2":
+                def not_pow2(out, sn=sn, stage=stage, v=v):
+                    i = (~is_pow2(v)).nonzero()[0]
+                    return fail("S3", sn, f"{stage}: power-of-two scales declared, log2 not integral", stage=stage,
+                                index=[int(x) for x in i], value=float(v[tuple(i)]))
+                # judged only where every scale is finite and positive (the finding above says what is wrong)
+                steps.append((flag((~is_pow2(v)).any() & ~bad_any), not_pow2))
         # TE's rule for the learner's bytes; an engine quantizing online follows vLLM's (amax floored at 1e-4)
         if recipe.granularity == "block" and recipe.amax_epsilon == 0 and ctx.trainer.get(n) is not None \
                 and ctx.config.rollout.quantization == "checkpoint":
@@ -306,46 +336,54 @@ def s3_scales(ctx: CheckContext):
                 # the block's largest magnitude byte is 0: a reduction, not an elementwise compare (5x faster on CPU)
                 zero = pad_blocks(codes.view(torch.uint8) & 0x7F, recipe.block_shape).amax(dim=(1, 3)) == 0
                 wrong = zero & (t.float() != 1.0)
-                if bool(wrong.any()):
+
+                def zero_block(out, sn=sn, t=t, wrong=wrong):
                     i = wrong.nonzero()[0]
-                    out.append(fail("S3", sn, "all-zero block must have scale_inv 1 (TE rule: amax 0 -> scale 1)",
-                                    stage="trainer", index=[int(x) for x in i], value=float(t.float()[tuple(i)])))
+                    return fail("S3", sn, "all-zero block must have scale_inv 1 (TE rule: amax 0 -> scale 1)",
+                                stage="trainer", index=[int(x) for x in i], value=float(t.float()[tuple(i)]))
+                steps.append((flag(wrong.any()), zero_block))
         # the engine's declared post-load transform must keep the representable set: values unchanged
         ek = expected_kernel(ctx, n) if n in ctx.trainer else (None, t, False)
         if ek is None:
-            out.append(unknown("S3", "trainer codes cannot take the engine's declared post-load transform (see S4)",
-                               tensor=sn))
+            steps.append(unknown("S3", "trainer codes cannot take the engine's declared post-load transform (see S4)",
+                                 tensor=sn))
             continue
         e_codes, e_scale, transformed = ek
         if transformed:
             codes = ctx.trainer[n]
 
-            def transform_diff():
+            def transform_diff(codes=codes, t=t, e_codes=e_codes, e_scale=e_scale):
                 return value_diff(recipe.dequantize_weight(codes, t), recipe.dequantize_weight(e_codes, e_scale))
             # a pure function of the trainer's tensors (shared from sync to sync) and their transform: judged once
             ev = _TRANSFORM_DIFF.get_for(("s3-transform", recipe), (codes, t, e_codes, e_scale), transform_diff)
             ev = copy.deepcopy(ev)
             if ev:
-                out.append(fail("S3", sn, f"the engine's UE8M0 requantization changes {ev['differing']} weight "
-                                f"values: {recipe.scale_format} scales do not survive VLLM_USE_DEEP_GEMM_E8M0=1",
-                                stage="engine", **ev))
+                steps.append(fail("S3", sn, f"the engine's UE8M0 requantization changes {ev['differing']} weight "
+                                  f"values: {recipe.scale_format} scales do not survive VLLM_USE_DEEP_GEMM_E8M0=1",
+                                  stage="engine", **ev))
         # bit identity, trainer (through the declared transform) -> engine
         r = rhf.get(sn)
         if r is None:
-            out.append(fail("S3", sn, "the engine holds no scale for this weight: " +
-                            ctx.rollout_hf_errors.get(sn, "not in the rollout"), stage="engine"))
+            steps.append(fail("S3", sn, "the engine holds no scale for this weight: " +
+                              ctx.rollout_hf_errors.get(sn, "not in the rollout"), stage="engine"))
             continue
         n_checked += 1
-        ev = bit_diff(e_scale, r, _evidence(out))
-        if ev:
-            why = diagnose_scale(e_scale, r) if _evidence(out) else None
-            out.append(fail("S3", sn, why or "scale bits the sampler reads differ from the trainer's",
-                            stage="engine", **_where(ctx, sn, ev)))
-        if ctx.payload is not None and ctx.config.fp8_on_wire and sn in ctx.payload:
-            ev = bit_diff(t, ctx.payload[sn], _evidence(out))
+
+        def engine_diff(out, sn=sn, e_scale=e_scale, r=r):
+            ev = bit_diff(e_scale, r, _evidence(out))
             if ev:
-                why = diagnose_scale(t, ctx.payload[sn]) if _evidence(out) else None
-                out.append(fail("S3", sn, why or "scale on the wire differs from the trainer's", stage="wire", **ev))
+                why = diagnose_scale(e_scale, r) if _evidence(out) else None
+                return fail("S3", sn, why or "scale bits the sampler reads differ from the trainer's",
+                            stage="engine", **_where(ctx, sn, ev))
+        steps.append((differs(e_scale, r), engine_diff))
+        if ctx.payload is not None and ctx.config.fp8_on_wire and sn in ctx.payload:
+            def wire_diff(out, sn=sn, t=t, w=ctx.payload[sn]):
+                ev = bit_diff(t, w, _evidence(out))
+                if ev:
+                    why = diagnose_scale(t, w) if _evidence(out) else None
+                    return fail("S3", sn, why or "scale on the wire differs from the trainer's", stage="wire", **ev)
+            steps.append((differs(t, ctx.payload[sn]), wire_diff))
+    _screened(steps, out)
     if not out:
         if not n_checked:
             return [unknown("S3", "nothing to check: no FP8 scale in both the trainer and the rollout snapshot")]
@@ -404,42 +442,48 @@ def s4_layout(ctx: CheckContext):
         if want is not None and tuple(ctx.rollout[k].shape) != tuple(want):
             out.append(fail("S4", k, f"engine parameter shape {list(ctx.rollout[k].shape)}, layout expects "
                                      f"{list(want)}", stage="engine"))
-    # values in checkpoint coordinates
-    rhf = ctx.rollout_hf
+    # values in checkpoint coordinates: identical bits are identical values (screened at once, no dequantization);
+    # the others are dequantized and compared
+    from harness.bitview import any_of, differs
+    rhf, steps = ctx.rollout_hf, []
     for spec in cfg.spec.tensors():
         n = spec.name
         if n not in ctx.trainer:
             continue
         r = rhf.get(n)
         if r is None:
-            out.append(fail("S4", n, "not in the rollout in checkpoint coordinates: " +
-                            ctx.rollout_hf_errors.get(n, "missing"), stage="engine"))
+            steps.append(fail("S4", n, "not in the rollout in checkpoint coordinates: " +
+                              ctx.rollout_hf_errors.get(n, "missing"), stage="engine"))
             continue
         sn = scale_name(n)
-        if bits_equal(ctx.trainer[n], r) and (n not in cfg.fp8_tensors or (
-                sn in ctx.trainer and sn in rhf and bits_equal(ctx.trainer[sn], rhf[sn]))):
-            n_checked += 1                      # identical bits: identical values, no dequantization needed
-            continue
-        try:
-            er = cfg.engine_recipe                  # the engine's grid (per tensor on an online per-tensor engine)
-            e = ctx.trainer_value(n) if n in cfg.fp8_tensors else ctx.trainer[n]
-            if n in cfg.engine_fp8_tensors:
-                a = er.dequantize_weight(r, rhf[scale_name(n)].to(er.scale_dtype)
-                                         if er.scale_dtype == E8M0 else rhf[scale_name(n)].float())
-            else:
-                a = r                               # compared as fp32 chunk by chunk (value_diff)
-        except (KeyError, ValueError, RuntimeError, IndexError) as ex:
-            out.append(fail("S4", n, f"cannot dequantize in checkpoint coordinates: {ex}", stage="engine"))
-            continue
-        if e is None:
-            out.append(unknown("S4", "the trainer's tensor cannot be dequantized (wrong shape or dtype)", tensor=n))
-            continue
+        if n not in cfg.fp8_tensors:
+            scale_differs = False
+        elif sn in ctx.trainer and sn in rhf:
+            scale_differs = differs(ctx.trainer[sn], rhf[sn])
+        else:
+            scale_differs = True
         n_checked += 1
-        ev = value_diff(e, a, _evidence(out))
-        if ev:
-            why = diagnose_layout(ctx, n, e.float(), a.float()) if _evidence(out) else None
-            out.append(fail("S4", n, "dequantized rollout weight differs from the trainer's" + (f": {why}" if why else ""),
-                            stage="engine", **_where(ctx, n, ev)))
+
+        def values(out, n=n, r=r):
+            try:
+                er = cfg.engine_recipe              # the engine's grid (per tensor on an online per-tensor engine)
+                e = ctx.trainer_value(n) if n in cfg.fp8_tensors else ctx.trainer[n]
+                if n in cfg.engine_fp8_tensors:
+                    a = er.dequantize_weight(r, rhf[scale_name(n)].to(er.scale_dtype)
+                                             if er.scale_dtype == E8M0 else rhf[scale_name(n)].float())
+                else:
+                    a = r                           # compared as fp32 chunk by chunk (value_diff)
+            except (KeyError, ValueError, RuntimeError, IndexError) as ex:
+                return fail("S4", n, f"cannot dequantize in checkpoint coordinates: {ex}", stage="engine")
+            if e is None:
+                return unknown("S4", "the trainer's tensor cannot be dequantized (wrong shape or dtype)", tensor=n)
+            ev = value_diff(e, a, _evidence(out))
+            if ev:
+                why = diagnose_layout(ctx, n, e.float(), a.float()) if _evidence(out) else None
+                return fail("S4", n, "dequantized rollout weight differs from the trainer's" +
+                            (f": {why}" if why else ""), stage="engine", **_where(ctx, n, ev))
+        steps.append((any_of(differs(ctx.trainer[n], r), scale_differs), values))
+    _screened(steps, out)
     if not out:
         if not n_checked:
             return [unknown("S4", "nothing to check: no tensor in both the trainer and the rollout snapshot")]

@@ -1,0 +1,81 @@
+"""The checks' one-round-trip screens (harness.bitview.differs / flag / any_of / resolve), the forward's one-batch
+window and the in-place dequantization: each gives what the one-at-a-time code gave."""
+import torch
+
+from harness.bitview import any_of, bits_equal, differs, flag, resolve
+from harness.formats.blockwise import dequantize_blockwise
+from harness.numerics.forward import LayerWindow
+
+
+def _pairs():
+    a = torch.randn(300, 257)
+    b = a.clone()
+    b[7, 9] = float("nan")
+    neg0 = a.clone()
+    neg0[0, 0] = -0.0 if a[0, 0] == 0 else -a[0, 0]
+    return [(a, a.clone()), (a, b), (a, a[:10]), (a, a.double()), (a, neg0), (a, a),
+            (a.to(torch.float8_e4m3fn), a.to(torch.float8_e4m3fn).clone()),
+            (torch.zeros(0), torch.zeros(0)), (a[:, 1:], a.clone()[:, 1:])]
+
+
+def test_deferred_flags_resolve_to_bits_equal():
+    pairs = _pairs()
+    want = [not bits_equal(x, y) for x, y in pairs]
+    assert want == [False, True, True, True, True, False, False, False, False]
+    deferred = [differs(x, y, defer=True) for x, y in pairs]
+    assert any(isinstance(f, torch.Tensor) for f in deferred)      # the device path really ran
+    assert resolve(deferred) == want
+    assert resolve([differs(x, y) for x, y in pairs]) == want      # eager on the CPU
+
+
+def test_differs_chunks_a_long_tensor(monkeypatch):
+    import harness.bitview as bv
+    monkeypatch.setattr(bv, "CHUNK", 64)
+    a = torch.arange(1000, dtype=torch.int64)
+    b = a.clone()
+    b[999] = 0
+    assert resolve([differs(a, b, defer=True), differs(a, a.clone(), defer=True)]) == [True, False]
+
+
+def test_any_of_and_flag():
+    t, f = torch.tensor(True), torch.tensor(False)
+    assert any_of(False, True) is True and any_of(False, False) is False
+    assert resolve([any_of(False, f), any_of(f, t), any_of(t)]) == [False, True, True]
+    assert flag(torch.tensor(True)) is True          # on the CPU a flag is a bool at once
+    assert resolve([]) == []
+
+
+def test_one_batch_window_keeps_one_value_and_releases():
+    made = []
+
+    class Lazy(dict):
+        def __getitem__(self, k):
+            made.append(k)
+            return torch.zeros(1)
+    names = ["model.layers.0.a", "model.layers.0.b", "model.layers.1.a", "model.norm.weight"]
+    w = LayerWindow(Lazy({n: None for n in names}), whole_layer=False)
+    for n in names[:2] + names[:2]:
+        w[n]
+    assert made == names[:2] * 2                      # one value held at a time: a re-read makes it again
+    whole = LayerWindow(Lazy({n: None for n in names}))
+    made.clear()
+    for n in names[:2] + names[:2] + [names[3], names[2], names[3]]:
+        whole[n]
+    assert made == names[:2] + [names[3], names[2]]   # a layer's values kept, the norm kept across layers
+    whole.release()
+    assert list(whole._held) == [names[3]]
+
+
+def test_dequantize_in_place_leaves_its_input_alone():
+    codes = torch.randn(256, 256).to(torch.float8_e4m3fn)
+    scale = torch.rand(2, 2) + 0.5
+    y = dequantize_blockwise(codes, scale)
+    ref = codes.float().view(2, 128, 2, 128) * scale[:, None, :, None]
+    assert torch.equal(y, ref.view(256, 256))
+    f32 = codes.float()                              # an fp32 "code" tensor: to_float returns it as is
+    keep = f32.clone()
+    dequantize_blockwise(f32, scale)
+    assert torch.equal(f32, keep)
+    odd = codes[:200, :130]                          # partial blocks: the expanded-scale path
+    assert torch.equal(dequantize_blockwise(odd, scale), odd.float() * scale.repeat_interleave(128, 0)
+                       .repeat_interleave(128, 1)[:200, :130])
