@@ -210,22 +210,11 @@ def holds_expected(ctx: CheckContext) -> bool:
             and set(r.tensors) == set(held) and all(r.tensors[k] is held[k] for k in held))
 
 
-def snapshot_logprobs(ctx: CheckContext, prompts, rollout=None):
-    """(trainer, rollout) log-probs on `prompts` from the snapshots' own reference forwards, or a reason string.
-    FP8 weights enter the forward dequantized; high-precision ones as held (BF16, cast to fp32 where the forward
-    uses them: at real shapes an fp32 copy of both vocabulary matrices would be 5 GB per side). `rollout`: the
-    rollout side's log-probs already computed (`holds_expected`: the floor's)."""
-    cfg, spec = ctx.config, ctx.config.spec
-    tv = _trainer_values(ctx)
-    if isinstance(tv, str):
-        return tv
-    if rollout is not None:
-        try:
-            return _forward(ctx, tv, _trainer_act_quant(ctx), prompts, cfg.trainer_fp8_tensors), rollout
-        except _Unavailable as e:
-            return str(e)
-    rhf, rv = ctx.rollout_hf, {}
-    for t in spec.tensors():
+def _rollout_values(ctx: CheckContext):
+    """The rollout snapshot's values in checkpoint coordinates (FP8 dequantized with the engine's recipe), made
+    when read, or why they cannot feed the forward."""
+    cfg, rhf, rv = ctx.config, ctx.rollout_hf, {}
+    for t in cfg.spec.tensors():
         n = t.name
         if n not in rhf:
             continue
@@ -236,12 +225,23 @@ def snapshot_logprobs(ctx: CheckContext, prompts, rollout=None):
                                  f"the rollout snapshot lacks {n} (see S1/S2)")
         else:
             rv[n] = _held(rhf[n])
-    rv = _model_values(ctx, rv, "rollout snapshot")
+    return _model_values(ctx, rv, "rollout snapshot")
+
+
+def snapshot_logprobs(ctx: CheckContext, prompts, rollout=None):
+    """(trainer, rollout) log-probs on `prompts` from the snapshots' own reference forwards, or a reason string.
+    FP8 weights enter the forward dequantized; high-precision ones as held (BF16, cast to fp32 where the forward
+    uses them: at real shapes an fp32 copy of both vocabulary matrices would be 5 GB per side). `rollout`: the
+    rollout side's log-probs already computed (`holds_expected`: the floor's)."""
+    tv = _trainer_values(ctx)
+    if isinstance(tv, str):
+        return tv
+    rv = _rollout_values(ctx) if rollout is None else None
     if isinstance(rv, str):
         return rv
     try:
-        return (_forward(ctx, tv, _trainer_act_quant(ctx), prompts, cfg.trainer_fp8_tensors),
-                _forward(ctx, rv, _rollout_act_quant(ctx), prompts))
+        lt = _forward(ctx, tv, _trainer_act_quant(ctx), prompts, ctx.config.trainer_fp8_tensors)
+        return lt, rollout if rollout is not None else _forward(ctx, rv, _rollout_act_quant(ctx), prompts)
     except _Unavailable as e:
         return str(e)
 

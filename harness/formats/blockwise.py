@@ -129,8 +129,9 @@ def dequantize_blockwise(codes: torch.Tensor, scale_inv: torch.Tensor, block_sha
         # whole blocks: every expert in one broadcast (the same multiplies as one expert at a time)
         *lead, n, k = codes.shape
         bn, bk = block_shape
-        c = to_float(codes).view(*lead, n // bn, bn, k // bk, bk)
-        return (c * scale_inv.float()[..., :, None, :, None]).view(codes.shape).to(out_dtype)
+        c = to_float(codes)
+        y = _scaled(c, codes, c.view(*lead, n // bn, bn, k // bk, bk), scale_inv.float()[..., :, None, :, None])
+        return y.view(codes.shape).to(out_dtype)
     if codes.dim() > 2:
         flat = codes.reshape(-1, *codes.shape[-2:])
         sflat = scale_inv.reshape(-1, *scale_inv.shape[-2:])
@@ -143,10 +144,18 @@ def dequantize_blockwise(codes: torch.Tensor, scale_inv: torch.Tensor, block_sha
     bn, bk = block_shape
     c = to_float(codes)
     if n % bn == 0 and k % bk == 0:          # whole blocks: broadcast instead of materializing the scale grid
-        y = (c.view(n // bn, bn, k // bk, bk) * scale_inv.float()[:, None, :, None]).view(n, k)
+        y = _scaled(c, codes, c.view(n // bn, bn, k // bk, bk), scale_inv.float()[:, None, :, None]).view(n, k)
     else:
-        y = c * expand_scale(scale_inv.float(), codes.shape, block_shape)
+        y = _scaled(c, codes, c, expand_scale(scale_inv.float(), codes.shape, block_shape))
     return y.to(out_dtype)
+
+
+def _scaled(c: torch.Tensor, codes: torch.Tensor, view: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """view * scale, in place when `c` (whose view it is) is a fresh up-cast of `codes` (one fp32 copy of the
+    weight instead of two: P1 dequantizes every FP8 weight of the model on the GPU); the same fp32 multiplies."""
+    if c.data_ptr() != codes.data_ptr() and c.is_contiguous():
+        return view.mul_(scale)
+    return view * scale
 
 
 _LUT: dict = {}

@@ -67,17 +67,11 @@ class Recipe:
 
     def quantize_weight(self, w: torch.Tensor):
         """The trainer's FP8 forward weight: (codes, scale_inv) in the wire layout."""
-        from .blockwise import quantize_blockwise
         from .mxfp8 import quantize_mxfp8
         from .per_tensor import quantize_per_tensor
         if self.granularity == "block":
-            quantize = quantize_blockwise
-            if w.is_cuda:      # the Triton twin: the same bytes (tests/gpu/test_triton_conformance.py), 16x faster
-                from . import triton_blockwise      # than the torch reference on an H200 (C1 re-quantizes every
-                if triton_blockwise.triton is not None:     # master each sync); it imports without Triton too
-                    quantize = triton_blockwise.quantize_blockwise_triton
-            return quantize(w, self.block_shape, pow2=self.pow2, amax_epsilon=self.amax_epsilon,
-                            fp8_dtype=self.fp8_dtype)
+            return blockwise_quantizer(w)(w, self.block_shape, pow2=self.pow2, amax_epsilon=self.amax_epsilon,
+                                          fp8_dtype=self.fp8_dtype)
         if self.granularity == "mxfp8":
             return quantize_mxfp8(w, self.fp8_dtype, self.block_shape[1])
         return quantize_per_tensor(w, amax_epsilon=self.amax_epsilon, pow2=self.pow2, fp8_dtype=self.fp8_dtype)
@@ -105,6 +99,18 @@ class Recipe:
 # Hypothesis strategies and pre-flight's `fp8_recipe: auto` all read it): Hopper's blockwise FP8 GEMMs, Blackwell's
 # MXFP8 ones. `recipe_for_arch` is the inverse rule RL stacks apply to `auto` (SkyRL: blockwise below sm100).
 NATIVE_ARCH = {"block": "sm90", "tensor": "sm90", "mxfp8": "sm100"}
+
+
+def blockwise_quantizer(x: torch.Tensor):
+    """The TE-exact blockwise quantizer for `x`'s device: the torch reference, or on CUDA its Triton twin (the same
+    bytes, tests/gpu/test_triton_conformance.py; 16x faster on an H200, where C1 re-quantizes every master each
+    sync, and one launch with no host round trip for P1's 1x128 activation blocks). Same signature either way."""
+    from .blockwise import quantize_blockwise
+    if x.is_cuda:
+        from . import triton_blockwise          # it imports without Triton too
+        if triton_blockwise.triton is not None:
+            return triton_blockwise.quantize_blockwise_triton
+    return quantize_blockwise
 
 
 def arch_major(arch: str) -> int | None:

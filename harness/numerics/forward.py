@@ -26,9 +26,10 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..formats import Recipe, dequantize_mxfp8, quantize_blockwise, quantize_mxfp8
+from ..formats import Recipe, dequantize_mxfp8, quantize_mxfp8
 from ..formats.blockwise import dequantize_blockwise
 from ..formats.cast import cast_to_fp8
+from ..formats.recipe import blockwise_quantizer
 from ..layouts import is_scale_name, scale_name
 from ..lazy import LazyMap
 from ..models import ModelSpec
@@ -40,9 +41,13 @@ def te_act_quant(recipe: Recipe) -> ActQuant:
     """Transformer Engine: activations in 1x128 blocks, same amax -> scale rule as the weights."""
     if recipe.granularity == "mxfp8":
         return lambda x: dequantize_mxfp8(*quantize_mxfp8(x, recipe.fp8_dtype))
-    return lambda x: dequantize_blockwise(*quantize_blockwise(x, (1, recipe.act_block_shape[1]), pow2=recipe.pow2,
-                                                               amax_epsilon=recipe.amax_epsilon,
-                                                               fp8_dtype=recipe.fp8_dtype), (1, recipe.act_block_shape[1]))
+    block = (1, recipe.act_block_shape[1])
+
+    def q(x: torch.Tensor) -> torch.Tensor:
+        quantize = blockwise_quantizer(x)
+        return dequantize_blockwise(*quantize(x, block, pow2=recipe.pow2, amax_epsilon=recipe.amax_epsilon,
+                                              fp8_dtype=recipe.fp8_dtype), block)
+    return q
 
 
 def vllm_act_quant(recipe: Recipe, ue8m0: bool = False) -> ActQuant:
@@ -243,17 +248,19 @@ def _moe(spec: ModelSpec, W: Weights, x, p):
 
 
 LM_HEAD_ROWS = 1 << 15        # vocabulary rows cast to fp32 at a time (the tiny models' vocabulary is one chunk)
+LM_HEAD_DEVICE_ELEMS = 1 << 24   # on a GPU: a 64 MiB fp32 chunk (P1 beside the engines: 5 % of the payload)
 
 
 def lm_head(xs: list[torch.Tensor], w: torch.Tensor) -> list[torch.Tensor]:
     """Logits of every sequence's final hidden states. Each vocabulary chunk of a BF16 head is cast once for all
     sequences; each sequence is still its own matmul per chunk."""
-    if w.dtype == torch.float32 or w.shape[0] <= LM_HEAD_ROWS:
+    rows = LM_HEAD_ROWS if w.device.type == "cpu" else max(1024, LM_HEAD_DEVICE_ELEMS // max(1, w.shape[-1]))
+    if w.dtype == torch.float32 or w.shape[0] <= rows:
         wf = _f32(w)
         return [x @ wf.t() for x in xs]
     parts: list[list[torch.Tensor]] = [[] for _ in xs]
-    for i in range(0, w.shape[0], LM_HEAD_ROWS):
-        chunk = w[i:i + LM_HEAD_ROWS].float().t()
+    for i in range(0, w.shape[0], rows):
+        chunk = w[i:i + rows].float().t()
         for out, x in zip(parts, xs):
             out.append(x @ chunk)
     return [torch.cat(p, -1) for p in parts]
@@ -297,10 +304,16 @@ class LayerWindow(Mapping):
     """`tensors` read through a one-layer window: a value is computed (read from `tensors`) once and kept while the
     forward is in its layer, then dropped; tensors outside the layers (embeddings, final norm, head) are kept.
     Over a LazyMap that dequantizes on read, a layer-major forward then holds one layer's fp32 weights at a time
-    (P1 at Qwen3-8B shapes held three fp32 copies of every FP8 weight: 23.9 GB on the H200)."""
+    (P1 at Qwen3-8B shapes held three fp32 copies of every FP8 weight: 23.9 GB on the H200). `whole_layer=False`:
+    only the last layer tensor read is kept (a forward of one batch reads each once: one fp32 weight at a time,
+    4 % of a Qwen3-8B payload instead of a layer's 17 %); `release` drops the layer's values (before the head)."""
 
-    def __init__(self, tensors):
-        self._tensors, self._layer, self._held = tensors, None, {}
+    def __init__(self, tensors, whole_layer: bool = True):
+        self._tensors, self._layer, self._held, self._whole = tensors, None, {}, whole_layer
+
+    def release(self):
+        self._held = {k: t for k, t in self._held.items() if self._layer_of(k) is None}
+        self._layer = None
 
     @staticmethod
     def _layer_of(name: str):
@@ -310,8 +323,8 @@ class LayerWindow(Mapping):
         v = self._held.get(name)
         if v is None:
             layer = self._layer_of(name)
-            if layer is not None and layer != self._layer:
-                self._held = {k: t for k, t in self._held.items() if self._layer_of(k) is None}
+            if layer is not None and (layer != self._layer or not self._whole):
+                self.release()          # before the next value is made: one at a time at the peak
                 self._layer = layer
             v = self._held[name] = self._tensors[name]
         return v
@@ -341,19 +354,30 @@ def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]], *,
                      layer_major: bool = False) -> list[torch.Tensor]:
     """`token_logprobs` of every prompt, the lm head read once for all of them. `layer_major`: every prompt through
     layer i before any enters layer i+1, weights read through a `LayerWindow` (each layer's weights computed once
-    and dropped after it; the same values bit for bit: each prompt's operations are unchanged). Only for stateless
-    activation quantizers: a delayed-scaling state would see its calls in another order."""
+    and dropped after it), prompts of one length as one batch [B, T] (a third of the launches for three prompts:
+    on a GPU the probe forward is bound by launches and host round trips, not by its 36 tokens). Each batch row
+    is the same sequence's operations, up to the GEMMs' accumulation order (bit-equal on the dense models on the
+    CPU). Only for stateless activation quantizers: a delayed-scaling state would see its calls in another order."""
     with torch.no_grad():
         if layer_major:
-            W = replace(W, tensors=LayerWindow(W.tensors))
-            xs = [_embed(W, p) for p in prompts]
+            groups: dict[int, list[int]] = {}
+            for i, p in enumerate(prompts):
+                groups.setdefault(len(p), []).append(i)
+            window = LayerWindow(W.tensors, whole_layer=len(groups) > 1)
+            W = replace(W, tensors=window)
+            order = [ix for ix in groups.values()]
+            xs = [_embed(W, torch.tensor([prompts[i] for i in ix])) for ix in order]
             for i in range(spec.num_layers):
                 xs = [_layer(spec, W, x, i) for x in xs]
+            window.release()
             xs = [_final_norm(spec, W, x) for x in xs]
+            rows = {i: (g, b) for g, ix in enumerate(order) for b, i in enumerate(ix)}
+            heads = lm_head(xs, _head(spec, W))
+            lgs = [heads[rows[i][0]][rows[i][1]] for i in range(len(prompts))]
         else:
-            xs = [hidden_states(spec, W, p) for p in prompts]
+            lgs = lm_head([hidden_states(spec, W, p) for p in prompts], _head(spec, W))
         out = []
-        for p, lg in zip(prompts, lm_head(xs, _head(spec, W))):
+        for p, lg in zip(prompts, lgs):
             lp = W.act(_scaled(W, lg)).log_softmax(-1)
             out.append(lp[:-1].gather(-1, torch.tensor(p[1:], device=lp.device)[:, None])[:, 0])
     return out

@@ -78,9 +78,10 @@ class DigestFirst:
         got = rollout.state_digests()
         t1 = time.perf_counter()
         try:
-            expected, computed = expected_engine_state(config, trainer_hf, record.post_load), True
+            held = expected_engine_state(config, trainer_hf, record.post_load)
         except (LayoutError, KeyError, ValueError, RuntimeError):
-            expected, computed = {}, False    # the trainer's export does not fit the layout: read everything
+            held = None             # the trainer's export does not fit the layout: read everything
+        expected = held if held is not None else {}
         t2 = time.perf_counter()
         # one batch: on a GPU the expected side's digests cost one host copy, not one per parameter
         want = state_digests({k: expected[k] for k in got if k in expected})
@@ -93,7 +94,7 @@ class DigestFirst:
         tensors = {k: fetched[k] if k in mismatch else expected[k] for k in got if k not in mismatch or k in fetched}
         seconds = {"engine_digests": t1 - t0, "expected_state": t2 - t1, "expected_digests": t3 - t2,
                    "fetch": time.perf_counter() - t3}
-        return Captured(tensors, len(fetched), len(got), mismatch, seconds, expected if computed else None)
+        return Captured(tensors, len(fetched), len(got), mismatch, seconds, held)
 
     def fingerprint(self, rollout) -> dict:
         return rollout.state_digests()
