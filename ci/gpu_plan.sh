@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 24)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 27)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
@@ -40,6 +40,11 @@
 #      cases of phase `precisions` that its time never reached (fp8check's vLLM engine per block and in BF16)
 #  23  phase `user` (check_sync on a user's engine, the README snippet verbatim)
 #  24  `fp8check live` on tiny-moe
+#  25  the 2026-12-02 (fifth) session's live path (checks screened in one round trip, P1 batched with the Triton
+#      activation quantizer, one fp32 weight at a time): `fp8check live` dense with every live fault, the sync
+#      bench at Qwen3-8B x 12 layers, phase `user`
+#  26  the sync bench at the depths no session reached: Qwen3-8B at all 36 layers, Qwen3-30B-A3B cut to 8 layers
+#  27  the sync bench at Qwen3-8B x 24 layers (36 did not fit beside the trainer), then phase `numerics`
 # The device copies the working tree with each call, 64 MiB in all with the carried paths: a staging part is 60 MiB,
 # so the tracked files must stay under 4 MiB during staging (move ci/gpu-results and ci/e2e-results out and back).
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
@@ -161,7 +166,10 @@ case $CALL in
   22) phase triton 150; phase precisions-rest 240 ;;
   23) phase user 300 ;;
   24) live_cli moe ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 24, got $CALL" >&2; exit 2 ;;
+  25) live_cli dense; bench_sync qwen3-8b; phase user 240 ;;
+  26) SYNC_LAYERS=36 bench_sync qwen3-8b; SYNC_LAYERS=8 bench_sync qwen3-30b-a3b ;;
+  27) SYNC_LAYERS=24 bench_sync qwen3-8b; phase numerics 300 ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 27, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"
