@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 27)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 28)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
@@ -45,6 +45,8 @@
 #      bench at Qwen3-8B x 12 layers, phase `user`
 #  26  the sync bench at the depths no session reached: Qwen3-8B at all 36 layers, Qwen3-30B-A3B cut to 8 layers
 #  27  the sync bench at Qwen3-8B x 24 layers (36 did not fit beside the trainer), then phase `numerics`
+#  28  `fp8check live` dense with every live fault and the sync bench at Qwen3-8B x 12, after the checkpoint view
+#      of row-parallel tensors stopped being a copy
 # The device copies the working tree with each call, 64 MiB in all with the carried paths: a staging part is 60 MiB,
 # so the tracked files must stay under 4 MiB during staging (move ci/gpu-results and ci/e2e-results out and back).
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
@@ -169,7 +171,8 @@ case $CALL in
   25) live_cli dense; bench_sync qwen3-8b; phase user 240 ;;
   26) SYNC_LAYERS=36 bench_sync qwen3-8b; SYNC_LAYERS=8 bench_sync qwen3-30b-a3b ;;
   27) SYNC_LAYERS=24 bench_sync qwen3-8b; phase numerics 300 ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 27, got $CALL" >&2; exit 2 ;;
+  28) live_cli dense; bench_sync qwen3-8b ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 28, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"

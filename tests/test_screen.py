@@ -79,3 +79,16 @@ def test_dequantize_in_place_leaves_its_input_alone():
     odd = codes[:200, :130]                          # partial blocks: the expanded-scale path
     assert torch.equal(dequantize_blockwise(odd, scale), odd.float() * scale.repeat_interleave(128, 0)
                        .repeat_interleave(128, 1)[:200, :130])
+
+
+def test_rollout_in_checkpoint_coordinates_holds_no_copy_at_tp1():
+    """At TP 1 every checkpoint tensor the engine holds whole (o_proj and down_proj too, whose row-parallel pieces
+    name their columns) is a view of the engine's parameter: the checks keep `rollout_hf` for the whole catalog."""
+    from harness.config import recommended_config
+    from harness.sync.capture import DigestFirst
+    from harness.sync.pipeline import reference_sync
+    res, *_ = reference_sync(recommended_config("tiny-dense", "blockwise-fp32"), capture=DigestFirst(), checks=False)
+    held = {t.untyped_storage().data_ptr() for t in res.rollout.tensors.values()}
+    rhf = res.context().rollout_hf
+    assert any(".o_proj." in n for n in rhf) and any(".down_proj." in n for n in rhf)
+    assert [n for n, t in rhf.items() if t.untyped_storage().data_ptr() not in held] == []
