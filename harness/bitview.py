@@ -10,6 +10,7 @@ from .formats.bytes import as_bytes
 
 _INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 CHUNK = 1 << 24           # elements compared at a time when locating differences
+DEFER_ON_CPU = False      # tests: CPU tensors take the GPU's deferred-flag path (differs, flag)
 
 
 def words(t: torch.Tensor) -> torch.Tensor:
@@ -51,7 +52,9 @@ def differs(a: torch.Tensor, b: torch.Tensor, defer: bool | None = None):
     waits on the GPU 150 times. `defer`: force the tensor flag (True) or the bool (False); default: off the CPU."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return True
-    if a.device != b.device or a.device.type == "meta" or not (a.device.type != "cpu" if defer is None else defer):
+    if defer is None:
+        defer = a.device.type != "cpu" or DEFER_ON_CPU
+    if a.device != b.device or a.device.type == "meta" or not defer:
         return not bytes_equal(a, b)
     wa, wb = words(a), words(b)
     if wa.dtype != wb.dtype:
@@ -65,7 +68,7 @@ def differs(a: torch.Tensor, b: torch.Tensor, defer: bool | None = None):
 def flag(mask_any):
     """A condition computed on a tensor's device (a 0-d bool tensor) as a flag: a bool at once on the CPU (where a
     host read costs nothing), left on the GPU for `resolve` otherwise."""
-    return bool(mask_any) if mask_any.device.type == "cpu" else mask_any
+    return bool(mask_any) if mask_any.device.type == "cpu" and not DEFER_ON_CPU else mask_any
 
 
 def any_of(*flags):

@@ -92,3 +92,43 @@ def test_rollout_in_checkpoint_coordinates_holds_no_copy_at_tp1():
     rhf = res.context().rollout_hf
     assert any(".o_proj." in n for n in rhf) and any(".down_proj." in n for n in rhf)
     assert [n for n, t in rhf.items() if t.untyped_storage().data_ptr() not in held] == []
+
+
+# faults S2 / S3 / S4 / C1 catch (codes, scales, layout, recipe) and a clean run: their findings through the GPU's
+# deferred flags (forced on the CPU) are the eager path's, message and evidence included
+DEFERRED_CELLS = [(None, "tiny-dense", "blockwise-fp32"), (None, "tiny-moe", "blockwise-pow2")] + [
+    (f, m, r) for f in ("scale_nan_block", "scale_dropped", "megatron_qkv_not_deinterleaved", "e5m2_codes",
+                        "zero_sign_canonicalized", "scale_bit_flip", "trainer_epsilon_mismatch", "trainer_pow2_scales",
+                        "scale_grid_transposed", "fp32_scales_rounded_pow2", "experts_permuted",
+                        "bytes_corrupted_unverified")
+    for m, r in (("tiny-dense", "blockwise-fp32"), ("tiny-moe", "blockwise-pow2"))]
+
+
+def test_deferred_flags_give_the_eager_findings(monkeypatch):
+    import faults
+    import harness.bitview as bv
+    from faults.matrix import run_cell
+    ran = 0
+    for fault, model, recipe in DEFERRED_CELLS:
+        f = faults.FAULTS[fault] if fault else None
+        eager = run_cell(f, model, recipe)
+        if eager.verdict == "n/a":
+            continue
+        monkeypatch.setattr(bv, "DEFER_ON_CPU", True)
+        deferred = run_cell(f, model, recipe)
+        monkeypatch.setattr(bv, "DEFER_ON_CPU", False)
+        key = [(x.invariant_id, x.verdict, x.tensor, x.message, repr(x.evidence)) for x in eager.findings]
+        assert [(x.invariant_id, x.verdict, x.tensor, x.message, repr(x.evidence)) for x in deferred.findings] == key
+        ran += 1
+    assert ran >= 16
+
+
+def test_a_non_finite_pow2_scale_is_one_finding_not_two():
+    """S3 judges power-of-two encoding only where every scale is finite and positive (as the eager check's
+    `continue` did): a NaN block scale is "non-positive or non-finite", never also "log2 not integral"."""
+    import faults
+    from faults.matrix import run_cell
+    cell = run_cell(faults.FAULTS["scale_nan_block"], "tiny-dense", "blockwise-pow2")
+    s3 = [f.message for f in cell.findings if f.invariant_id == "S3"]
+    assert any("non-positive or non-finite" in m for m in s3), s3
+    assert not any("log2 not integral" in m for m in s3), s3
