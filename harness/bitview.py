@@ -27,17 +27,24 @@ def words(t: torch.Tensor) -> torch.Tensor:
     return b
 
 
+def _word_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both tensors' bytes as words of one width (the widest both allow)."""
+    wa, wb = words(a), words(b)
+    return (wa, wb) if wa.dtype == wb.dtype else (as_bytes(a), as_bytes(b))
+
+
+def _one_view(wa: torch.Tensor, wb: torch.Tensor) -> bool:
+    """One storage, one view of it (a captured tensor that is the expected one): equal without a read."""
+    return (wa.device == wb.device and wa.device.type != "meta" and wa.numel() > 0 and wa.numel() == wb.numel()
+            and wa.data_ptr() == wb.data_ptr() and wa.stride() == wb.stride())
+
+
 def bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """The same bytes (whatever the dtypes say)."""
-    wa, wb = words(a), words(b)
-    if wa.dtype != wb.dtype:
-        wa, wb = as_bytes(a), as_bytes(b)
+    wa, wb = _word_pair(a, b)
     if wa.numel() != wb.numel():
         return False
-    if wa.device == wb.device and wa.device.type != "meta" and wa.numel() and wa.data_ptr() == wb.data_ptr() \
-            and wa.dtype == wb.dtype and wa.stride() == wb.stride():
-        return True                 # one storage, one view of it (a captured tensor that is the expected one)
-    return torch.equal(wa, wb)
+    return _one_view(wa, wb) or torch.equal(wa, wb)
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -56,11 +63,9 @@ def differs(a: torch.Tensor, b: torch.Tensor, defer: bool | None = None):
         defer = a.device.type != "cpu" or DEFER_ON_CPU
     if a.device != b.device or a.device.type == "meta" or not defer:
         return not bytes_equal(a, b)
-    wa, wb = words(a), words(b)
-    if wa.dtype != wb.dtype:
-        wa, wb = as_bytes(a), as_bytes(b)
-    if not wa.numel() or (wa.data_ptr() == wb.data_ptr() and wa.stride() == wb.stride()):
-        return False                # one storage, one view of it
+    wa, wb = _word_pair(a, b)
+    if not wa.numel() or _one_view(wa, wb):
+        return False
     flags = [(wa[o:o + CHUNK] != wb[o:o + CHUNK]).any() for o in range(0, wa.numel(), CHUNK)]
     return flags[0] if len(flags) == 1 else torch.stack(flags).any()
 

@@ -3,10 +3,12 @@ rule table over the one SyncConfig (preflight resolves env vars and GPU into it)
 the trainer's bytes are the declared recipe applied to its masters."""
 from __future__ import annotations
 
+from functools import partial
+
 from harness.layouts import scale_name
 
 from .base import CheckContext, fail, invariant, passed, unknown
-from .evidence import bit_diff
+from .evidence import bit_diff, screened
 
 
 def _arch_major(arch: str) -> int | None:
@@ -31,14 +33,25 @@ def c1_recipe(ctx: CheckContext):
     if cfg.delayed_scaling is not None:
         return [unknown("C1", "trainer.precision=fp8-delayed: a delayed-scaling scale comes from the learner's amax "
                               "history, not from the master it quantizes; nothing to recompute")]
-    from harness.bitview import any_of, differs, resolve
+    from harness.bitview import any_of, differs
 
     def requantized(name):
         m = ctx.master[name]        # the same values as through fp32, without an fp32 copy of a BF16 master
         return cfg.recipe.quantize_weight(m.float() if cfg.trainer.fp8_param else m.to(torch.bfloat16))
-    # first every tensor's flag (on a GPU: one host round trip for all, and no re-quantized copy kept), then the
-    # evidence where one differs; flags known at once (the CPU) keep their tensors and stop at the finding cap
-    names, flags, held, known = [], [], {}, 0
+
+    def mismatch(out, name, kept):
+        q, s = kept or requantized(name)
+        for what, exp, got in (("codes", q, ctx.trainer[name]), ("scale_inv", s, ctx.trainer.get(scale_name(name)))):
+            ev = bit_diff(exp, got) if got is not None else None
+            if ev:
+                return fail("C1", name if what == "codes" else scale_name(name),
+                            f"trainer {what} are not recipe {cfg.recipe.name!r} applied to the master "
+                            f"(scale format or amax epsilon differs from what the config declares)", **ev)
+        return None
+    # every tensor's flag first (on a GPU: one host round trip for all, and no re-quantized copy kept: a flagged
+    # tensor is quantized again for its evidence), then the evidence where one is set; a flag known at once (the
+    # CPU) keeps its tensors, and the walk stops when the finding cap is certain
+    steps, known = [], 0
     for name in sorted(cfg.trainer_fp8_tensors):
         if known >= 10:
             break
@@ -46,36 +59,17 @@ def c1_recipe(ctx: CheckContext):
             continue
         shape = tuple(ctx.master[name].shape)
         if shape != tuple(cfg.layout.hf_shapes[name]):
-            names.append(name)
-            flags.append(unknown("C1", f"master has shape {list(shape)}, the model needs "
+            steps.append(unknown("C1", f"master has shape {list(shape)}, the model needs "
                                        f"{list(cfg.layout.hf_shapes[name])}", tensor=name))
             known += 1
             continue
         q, s = requantized(name)
         got_s = ctx.trainer.get(scale_name(name))
-        names.append(name)
-        flags.append(any_of(differs(q, ctx.trainer[name]), differs(s, got_s) if got_s is not None else False))
-        if flags[-1] is True:           # one finding each
-            held[name], known = (q, s), known + 1
+        hit = any_of(differs(q, ctx.trainer[name]), differs(s, got_s) if got_s is not None else False)
+        steps.append((hit, partial(mismatch, name=name, kept=(q, s) if hit is True else None)))
+        known += hit is True                # one finding each
         n += 1
-    screened = resolve([f for f in flags if not hasattr(f, "verdict")])
-    hits = iter(screened)
-    for name, f in zip(names, flags):
-        if hasattr(f, "verdict"):
-            out.append(f)
-        elif next(hits):
-            q, s = held.pop(name) if name in held else requantized(name)
-            for what, exp, got in (("codes", q, ctx.trainer[name]), ("scale_inv", s, ctx.trainer.get(scale_name(name)))):
-                if got is None:
-                    continue
-                ev = bit_diff(exp, got)
-                if ev:
-                    out.append(fail("C1", name if what == "codes" else scale_name(name),
-                                    f"trainer {what} are not recipe {cfg.recipe.name!r} applied to the master "
-                                    f"(scale format or amax epsilon differs from what the config declares)", **ev))
-                    break
-        if len(out) >= 10:
-            break
+    screened(steps, out, limit=10)
     if not out and not n:
         return [unknown("C1", "nothing to check: no FP8 weight is in both the master and the trainer snapshot")]
     return out or [passed("C1", f"{n} tensors reproduce under {cfg.recipe.name}")]

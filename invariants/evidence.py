@@ -10,13 +10,32 @@ if TYPE_CHECKING:     # torch and the numerics are imported in the checks that c
 
 from harness.layouts import Piece, rank_name
 
-__all__ = ["bit_diff", "bits_equal", "engine_position", "unravel", "value_diff"]
+__all__ = ["bit_diff", "bits_equal", "engine_position", "screened", "unravel", "value_diff"]
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Same shape, dtype and bytes (harness.bitview.bits_equal, imported when first compared)."""
     from harness.bitview import bits_equal as equal
     return equal(a, b)
+
+
+def screened(steps: list, out: list, limit: int | None = None) -> None:
+    """Append to `out`, in order, each step's finding: `steps` holds findings, or (flag, detail) pairs whose
+    `detail(out)` (a finding or None) runs only where the flag is set; with `limit`, stop once `out` holds that
+    many. The flags (harness.bitview.differs / flag: on a GPU 0-d tensors) cross to the host at once, so a check
+    over every FP8 tensor waits on the device once, not once per comparison; the evidence (`detail`) costs a pass
+    only where something differs."""
+    from harness.bitview import resolve
+    flags = iter(resolve([s[0] for s in steps if isinstance(s, tuple)]))
+    for s in steps:
+        if limit is not None and len(out) >= limit:
+            return
+        if not isinstance(s, tuple):
+            out.append(s)
+        elif next(flags):
+            f = s[1](out)
+            if f is not None:
+                out.append(f)
 
 
 def unravel(flat: int, shape) -> list[int]:

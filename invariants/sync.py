@@ -16,7 +16,7 @@ if TYPE_CHECKING:     # torch and the numerics are imported in the checks that c
 from harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
 from harness.memo import IdentityMemo
 from .base import FAIL, CheckContext, fail, invariant, passed, unknown
-from .evidence import bit_diff, bits_equal, engine_position, unravel, value_diff
+from .evidence import bit_diff, engine_position, screened, unravel, value_diff
 
 MAX_FINDINGS = 20     # per invariant; the rest are counted in a summary finding
 
@@ -47,22 +47,6 @@ def _sentinels(t: torch.Tensor) -> tuple[int | None, int]:
 def _evidence(out: list) -> bool:
     """Evidence (first difference, counts) only for the findings the cap keeps."""
     return len(out) < MAX_FINDINGS
-
-
-def _screened(steps: list, out: list) -> None:
-    """Append to `out`, in order, each step's finding: `steps` holds findings, or (flag, detail) pairs whose
-    `detail(out)` (a finding or None) runs only where the flag is set. The flags (harness.bitview.differs / flag:
-    on a GPU 0-d tensors) cross to the host at once, so a check over every FP8 tensor waits on the device once,
-    not once per comparison; the evidence (`detail`) costs a pass only where something differs."""
-    from harness.bitview import resolve
-    flags = iter(resolve([s[0] for s in steps if isinstance(s, tuple)]))
-    for s in steps:
-        if not isinstance(s, tuple):
-            out.append(s)
-        elif next(flags):
-            f = s[1](out)
-            if f is not None:
-                out.append(f)
 
 
 def _where(ctx: CheckContext, name: str, ev: dict | None) -> dict:
@@ -246,7 +230,7 @@ def s2_codes(ctx: CheckContext):
             return fail("S2", n, f"codes the sampler reads differ from {what}{_requantized(ctx.config, t)}",
                         stage="engine", **_where(ctx, n, ev))
         steps.append((differs(exp, r), engine_diff))
-    _screened(steps, out)
+    screened(steps, out)
     if not out:
         if not n_checked:
             return [unknown("S2", "nothing to check: no FP8 weight in both the trainer and the rollout snapshot")]
@@ -383,7 +367,7 @@ def s3_scales(ctx: CheckContext):
                     why = diagnose_scale(t, w) if _evidence(out) else None
                     return fail("S3", sn, why or "scale on the wire differs from the trainer's", stage="wire", **ev)
             steps.append((differs(t, ctx.payload[sn]), wire_diff))
-    _screened(steps, out)
+    screened(steps, out)
     if not out:
         if not n_checked:
             return [unknown("S3", "nothing to check: no FP8 scale in both the trainer and the rollout snapshot")]
@@ -483,7 +467,7 @@ def s4_layout(ctx: CheckContext):
                 return fail("S4", n, "dequantized rollout weight differs from the trainer's" +
                             (f": {why}" if why else ""), stage="engine", **_where(ctx, n, ev))
         steps.append((any_of(differs(ctx.trainer[n], r), scale_differs), values))
-    _screened(steps, out)
+    screened(steps, out)
     if not out:
         if not n_checked:
             return [unknown("S4", "nothing to check: no tensor in both the trainer and the rollout snapshot")]

@@ -365,15 +365,15 @@ def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]], *,
                 groups.setdefault(len(p), []).append(i)
             window = LayerWindow(W.tensors, whole_layer=len(groups) > 1)
             W = replace(W, tensors=window)
-            order = [ix for ix in groups.values()]
-            xs = [_embed(W, torch.tensor([prompts[i] for i in ix])) for ix in order]
+            xs = [_embed(W, torch.tensor([prompts[i] for i in ix])) for ix in groups.values()]
             for i in range(spec.num_layers):
                 xs = [_layer(spec, W, x, i) for x in xs]
             window.release()
             xs = [_final_norm(spec, W, x) for x in xs]
-            rows = {i: (g, b) for g, ix in enumerate(order) for b, i in enumerate(ix)}
-            heads = lm_head(xs, _head(spec, W))
-            lgs = [heads[rows[i][0]][rows[i][1]] for i in range(len(prompts))]
+            lgs: list = [None] * len(prompts)
+            for ix, lg in zip(groups.values(), lm_head(xs, _head(spec, W))):
+                for row, i in enumerate(ix):
+                    lgs[i] = lg[row]
         else:
             lgs = lm_head([hidden_states(spec, W, p) for p in prompts], _head(spec, W))
         out = []
