@@ -6,34 +6,39 @@ Definition (every implementation here and the pure-Python oracle in tests/test_d
   little-endian uint32 words w_0 .. w_{n-1};
 * fmix32 = MurmurHash3's finalizer: h ^= h >> 16; h *= 0x85EBCA6B; h ^= h >> 13; h *= 0xC2B2AE35; h ^= h >> 16
   (mod 2^32, logical shifts);
-* four lanes j = 0..3, keys K = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F); multiplier
-  m_ij = fmix32(lo32(i) ^ K_j ^ fmix32(hi32(i) ^ K_j)) * 2 + 1 (mod 2^32, always odd);
-* lane sum S_j = sum_i fmix32(w_i) * m_ij mod 2^32;
+* blocks of B = 4096 words: word i sits at t = i mod B of block k = i div B;
+* four lanes j = 0..3, keys K = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F); lane j's multiplier of word i is
+  m_ij = P_j[t] * Q_j[k] (mod 2^32, odd), with P_j[t] = fmix32(t ^ K_j) * 2 + 1 and
+  Q_j[k] = fmix32(lo32(k) ^ K_j ^ fmix32(hi32(k) ^ K_j)) * 2 + 1 (`harness.digest_words`);
+* lane sum S_j = sum_i fmix32(w_i) * m_ij = sum_k Q_j[k] * (sum_t fmix32(w_{kB+t}) * P_j[t]) mod 2^32;
 * string f"fx:{dtype}:{'x'.join(shape) or 'scalar'}:{S_0:08x}{S_1:08x}{S_2:08x}{S_3:08x}" (dtype without
   "torch."); a meta tensor gives f"meta:{dtype}:{shape}" with the same shape spelling.
 
-Why fmix32(w_i) and not w_i (the first draft of this definition): with w_i itself, bit 31 of a word reaches only
-bit 31 of each lane sum (2^31 * m = 2^31 mod 2^32 for every odd m), so flipping bit 31 in any two words, e.g.
-the signs of two fp32 values or negating an fp32 tensor with an even number of elements, left all four lanes
-unchanged; more generally a difference confined to the top t bits of words was seen only through m mod 2^t.
-fmix32 is a bijection, so a changed word still always changes every lane (m is odd), and its avalanche turns
-structured differences into pseudo-random ones.  fmix32(0) = 0 keeps the zero padding neutral.
+Why fmix32(w_i) and not w_i: with w_i itself, bit 31 of a word reaches only bit 31 of each lane sum (2^31 * m =
+2^31 mod 2^32 for every odd m), so flipping bit 31 in any two words (the signs of two fp32 values) left all four
+lanes unchanged. fmix32 is a bijection, so a changed word still always changes every lane (m is odd), and its
+avalanche turns structured differences into pseudo-random ones. fmix32(0) = 0 keeps the zero padding neutral.
 
-The sums are additive over words, so a tensor can be cut anywhere (chunks, programs, an unaligned tail) and the
-parts added.  CPU: 1M-word chunks through reused buffers, multiplier tables of the first chunks cached.  CUDA:
-`harness.digest_triton` (one partial sum per program and lane, multipliers computed in-kernel).
+Why the multiplier factors through blocks: when every m_ij was a hash of i, the GPU kernel spent ~60 integer
+operations a word and ran at ~1.1 TB/s (H200, ALU-bound); with P read from a 64 KiB table that stays in the
+cache and Q applied once to a block's sum it is ~16. Position still matters at both scales: two words swapped
+inside a block change a lane unless (f_a - f_b)(P_j[t] - P_j[t']) = 0 mod 2^32, two blocks swapped unless
+(Q_j[k] - Q_j[k'])(block sums' difference) = 0.
+
+The sums are additive over words, so a tensor can be cut anywhere (chunks, programs, pieces of a fused parameter
+at their word offsets) and the parts added: `assembled_digests` digests a tensor that is only described (the
+pieces a layout map would copy into it) without building it.
 """
 from __future__ import annotations
 
-import threading
+from dataclasses import dataclass
 
 import torch
 
-from .digest_words import KEYS, MASK32  # noqa: F401 - the shared word constants (re-exported)
-from .formats.bytes import as_bytes
+from .digest_words import BLOCK_WORDS, KEYS, MASK32, fmix32_int, in_block, of_block  # noqa: F401 - re-exported
+from .formats.bytes import any_sentinel, as_bytes
 
-CHUNK_WORDS = 1 << 20          # per-chunk buffers: a few MiB whatever the tensor size
-CACHED_CHUNKS = 2              # multiplier tables kept for words [0, 2M) (grown on demand, at most 32 MiB)
+CHUNK_WORDS = 1 << 20          # CPU: words per pass (a multiple of BLOCK_WORDS): a few MiB whatever the tensor size
 
 
 def _s32(v: int) -> int:
@@ -43,36 +48,22 @@ def _s32(v: int) -> int:
 
 
 _C1, _C2 = _s32(0x85EBCA6B), _s32(0xC2B2AE35)
+_TABLES: dict = {}
 
 
-def fmix32_int(h: int) -> int:
-    """fmix32 on a Python int (scalars: the per-chunk hi32 part)."""
-    h &= MASK32
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & MASK32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & MASK32
-    return h ^ (h >> 16)
-
-
-_CONSTS: dict = {}
-
-
-def _consts(device):
-    """0-d int32 operands per device: tensor-tensor ops dispatch ~3x faster than tensor-scalar ones, which is
-    most of the cost on small tensors."""
+def block_table(device) -> torch.Tensor:
+    """P as int32 [4, BLOCK_WORDS] on `device` (made once per device: 64 KiB)."""
     key = str(device)
-    c = _CONSTS.get(key)
-    if c is None:
-        mk = lambda v: torch.tensor(v, dtype=torch.int32, device=device)    # noqa: E731
-        c = _CONSTS[key] = {"steps": [(mk(16), mk(0xFFFF), mk(_C1)), (mk(13), mk(0x7FFFF), mk(_C2)),
-                                      (mk(16), mk(0xFFFF), None)], "one": mk(1)}
-    return c
+    p = _TABLES.get(key)
+    if p is None:
+        p = _TABLES[key] = torch.tensor([[_s32(in_block(t, j)) for t in range(BLOCK_WORDS)] for j in range(4)],
+                                        dtype=torch.int32).to(device)
+    return p
 
 
 def _fmix32_(h: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
     """fmix32 in place on an int32 tensor (int32 multiply wraps mod 2^32; `>>` is arithmetic, so mask)."""
-    for shift, mask, mult in _consts(h.device)["steps"]:
+    for shift, mask, mult in ((16, 0xFFFF, _C1), (13, 0x7FFFF, _C2), (16, 0xFFFF, None)):
         torch.bitwise_right_shift(h, shift, out=tmp)
         tmp.bitwise_and_(mask)
         h.bitwise_xor_(tmp)
@@ -81,106 +72,51 @@ def _fmix32_(h: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
     return h
 
 
-def lane_consts(base: int) -> tuple[int, ...]:
-    """K_j ^ fmix32(hi32(i) ^ K_j) for word indices i in [base, base + CHUNK_WORDS): constant there (chunks never
-    cross a 2^32 boundary)."""
-    hi = base >> 32
-    return tuple(k ^ fmix32_int(hi ^ k) for k in KEYS)
+def _block_multipliers(k0: int, nb: int) -> torch.Tensor:
+    """Q_j[k] for k in [k0, k0 + nb), int64 [4, nb] (host; a few hundred blocks per chunk)."""
+    return torch.tensor([[of_block(k, j) for k in range(k0, k0 + nb)] for j in range(4)], dtype=torch.int64)
 
 
-def multipliers(base: int, count: int, device="cpu", out=None) -> torch.Tensor:
-    """m_ij for i in [base, base + count) (count <= CHUNK_WORDS, base a multiple of it), int32 [4, count].
-    `out`: a [4, >= count] int32 buffer plus two [>= count] int32 work buffers, as a tuple."""
-    assert base % CHUNK_WORDS == 0 and count <= CHUNK_WORDS
-    if out is None:
-        out = tuple(torch.empty(shape, dtype=torch.int32, device=device) for shape in ((4, count), count, count))
-    out, tmp, lo = out[0][:, :count], out[1][:count], out[2][:count]
-    torch.arange(count, out=lo)
-    lo += _s32(base)                                    # lo32(i): base's low bits are below 2^32 - 2^20
-    one = _consts(device)["one"]
-    for j, c in enumerate(lane_consts(base)):
-        torch.bitwise_xor(lo, _s32(c), out=out[j])
-        _fmix32_(out[j], tmp)
-        out[j].bitwise_left_shift_(one).bitwise_or_(one)
-    return out
-
-
-_MULT_CACHE: dict = {}
-
-
-def _chunk_multipliers(base: int, count: int, device, out) -> torch.Tensor:
-    """Multipliers of words [base, base + count): cached for the first CACHED_CHUNKS chunks (tables grow to the
-    largest count asked for), else computed into `out` ([4, CHUNK_WORDS] scratch)."""
-    c = base // CHUNK_WORDS
-    if c >= CACHED_CHUNKS:
-        return multipliers(base, count, device, out())
-    key = (c, CHUNK_WORDS, str(device))
-    m = _MULT_CACHE.get(key)
-    if m is None or m.shape[1] < count:
-        size = min(CHUNK_WORDS, max(count, 2 * (0 if m is None else m.shape[1]), 4096))
-        m = _MULT_CACHE[key] = multipliers(base, size, device)
-    return m[:, :count]
-
-
-_SCRATCH = threading.local()
-
-
-def _scratch(n: int, device):
-    """Reused int32 buffers, grown to the largest chunk seen (a fresh multi-MiB allocation page-faults on every
-    call): words, tmp, and lazily the buffers `multipliers` needs for chunks past the cached ones."""
-    bufs = getattr(_SCRATCH, "bufs", None)
-    if bufs is None:
-        bufs = _SCRATCH.bufs = {}
-    key = (str(device), CHUNK_WORDS)
-    b = bufs.get(key)
-    if b is None or b["words"].numel() < n:
-        size = min(CHUNK_WORDS, max(n, 2 * (0 if b is None else b["words"].numel())))
-        b = bufs[key] = {"words": torch.empty(size, dtype=torch.int32, device=device),
-                         "tmp": torch.empty(size, dtype=torch.int32, device=device)}
-
-    def table():
-        if "table" not in b:
-            b["table"] = tuple(torch.empty(shape, dtype=torch.int32, device=device)
-                               for shape in ((4, CHUNK_WORDS), CHUNK_WORDS, CHUNK_WORDS))
-        return b["table"]
-    return b["words"], b["tmp"], table
-
-
-def lane_sums(t: torch.Tensor) -> tuple[int, int, int, int]:
-    """(S_0, S_1, S_2, S_3) with torch ops only (any device; the CPU path)."""
+def lane_sums(t: torch.Tensor, base_word: int = 0) -> tuple[int, int, int, int]:
+    """(S_0, S_1, S_2, S_3) with torch ops only (any device; the CPU path). `base_word` (a multiple of
+    BLOCK_WORDS) offsets the word indices: the tensor's part of a larger one starting there."""
+    if base_word % BLOCK_WORDS:
+        raise ValueError(f"base_word {base_word} is not a multiple of {BLOCK_WORDS}")
     b = as_bytes(t)
     nbytes = b.numel()
     sums = [0, 0, 0, 0]
     if nbytes == 0:
         return tuple(sums)
-    words, tmp, table = _scratch(min(CHUNK_WORDS, -(-nbytes // 4)), b.device)
-    on_cpu = b.device.type == "cpu"
+    n_all = -(-nbytes // 4)
+    size = min(CHUNK_WORDS, -(-n_all // BLOCK_WORDS) * BLOCK_WORDS)
+    words = torch.empty(size, dtype=torch.int32, device=b.device)     # per call: no buffer shared across threads
+    tmp = torch.empty(size, dtype=torch.int32, device=b.device)
+    p = block_table(b.device)
     step = 4 * CHUNK_WORDS
     for s in range(0, nbytes, step):
-        seg = b[s:s + step] if nbytes > step else b
-        nb = seg.numel()
-        n = -(-nb // 4)
-        w = words[:n]
-        if nb % 4 == 0 and seg.storage_offset() % 4 == 0:
-            w.copy_(seg.view(torch.int32))               # the caller's tensor is never modified
-        else:                                            # unaligned bytes or a zero-padded last word
-            w[-1] = 0
-            w.view(torch.uint8)[:nb].copy_(seg)
-        _fmix32_(w, tmp[:n])
-        m = _chunk_multipliers(s // 4, n, b.device, table)
-        if on_cpu and n <= 1 << 15:                      # int32 mv / dot wrap mod 2^32: one pass, no temporary
-            part = torch.mv(m, w).tolist()
-        elif on_cpu:
-            part = [int(torch.dot(w, m[j])) for j in range(4)]
+        seg = b[s:s + step]
+        nb_ = seg.numel()
+        n = -(-nb_ // 4)
+        blocks = -(-n // BLOCK_WORDS)
+        w = words[:blocks * BLOCK_WORDS]
+        w[n - 1:].zero_()                                # zero padding: the last word's bytes and the block's tail
+        if nb_ % 4 == 0 and seg.storage_offset() % 4 == 0:
+            w[:n].copy_(seg.view(torch.int32))           # the caller's tensor is never modified
         else:
-            part = [int(torch.mul(w, m[j], out=tmp[:n]).sum(dtype=torch.int64)) for j in range(4)]
-        sums = [a + p for a, p in zip(sums, part)]
+            w.view(torch.uint8)[:nb_].copy_(seg)
+        _fmix32_(w, tmp[:w.numel()])
+        # per lane, each block's sum: an int32 matrix-vector product wraps mod 2^32
+        per_block = torch.stack([torch.mv(w.view(blocks, BLOCK_WORDS), p[j].to(w.device)) for j in range(4)])
+        q = _block_multipliers(base_word // BLOCK_WORDS + s // (4 * BLOCK_WORDS), blocks)
+        # int64 products wrap mod 2^64, whose low 32 bits are the product mod 2^32
+        part = ((per_block.cpu().to(torch.int64) & MASK32) * q).sum(dim=1).tolist()
+        sums = [a + v for a, v in zip(sums, part)]
     return tuple(v & MASK32 for v in sums)
 
 
-def _fmt(t: torch.Tensor, sums=None) -> str:
-    dtype = str(t.dtype).removeprefix("torch.")
-    shape = "x".join(map(str, t.shape)) or "scalar"
+def _fmt(dtype, shape, sums=None) -> str:
+    dtype = str(dtype).removeprefix("torch.")
+    shape = "x".join(map(str, shape)) or "scalar"
     if sums is None:
         return f"meta:{dtype}:{shape}"
     return f"fx:{dtype}:{shape}:" + "".join(f"{v:08x}" for v in sums)
@@ -195,28 +131,110 @@ def state_digest(t: torch.Tensor) -> str:
 FALLBACK: list = []        # why this process computes CUDA digests with torch ops instead of the Triton kernel
 
 
+def _device_sums(groups: list, sentinel_sizes: list | None):
+    """Lane sums (and sentinel flags) of `groups` (each a list of (tensor, first word)) on one CUDA device through
+    the Triton kernel, or None where it cannot run here (FALLBACK says why)."""
+    if FALLBACK:
+        return None
+    try:
+        from . import digest_triton
+        return digest_triton.lane_sums_pieces(groups, sentinel_sizes)
+    except ImportError:
+        FALLBACK.append("triton not importable")
+    except Exception as e:  # noqa: BLE001 - a kernel that cannot run here must not stop a check:
+        FALLBACK.append(f"{e.__class__.__name__}: {str(e)[:200]}")   # same digests, slower path
+    return None
+
+
 def state_digests(tensors: dict) -> dict:
     """{name: digest string}.  CUDA tensors go through the Triton kernel, all tensors of a device before one host
     copy; CPU tensors (and CUDA ones where Triton is missing) through `lane_sums`."""
     out, on_device = {}, {}
     for name, t in tensors.items():
         if t.is_meta:
-            out[name] = _fmt(t)
+            out[name] = _fmt(t.dtype, t.shape)
         elif t.is_cuda:
             on_device.setdefault(t.device, {})[name] = t
         else:
-            out[name] = _fmt(t, lane_sums(t))
+            out[name] = _fmt(t.dtype, t.shape, lane_sums(t))
     for group in on_device.values():
-        sums = None
-        if not FALLBACK:
-            try:
-                from . import digest_triton
-                sums = digest_triton.lane_sums_batched(list(group.values()))
-            except ImportError:
-                FALLBACK.append("triton not importable")
-            except Exception as e:  # noqa: BLE001 - a kernel that cannot run here must not stop a check:
-                FALLBACK.append(f"{e.__class__.__name__}: {str(e)[:200]}")   # same digests, slower path
-        if sums is None:
-            sums = [lane_sums(t) for t in group.values()]
-        out.update({name: _fmt(t, s) for (name, t), s in zip(group.items(), sums)})
+        got = _device_sums([[(t, 0)] for t in group.values()], None)
+        sums = got[0] if got is not None else [lane_sums(t) for t in group.values()]
+        out.update({name: _fmt(t.dtype, t.shape, s) for (name, t), s in zip(group.items(), sums)})
     return {name: out[name] for name in tensors}
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """A tensor described, not held: `shape` and `dtype`, zero except where `pieces` put their bytes, each a
+    (tensor, byte offset) whose C-order bytes land at that offset (a fused parameter a layout map would build
+    from checkpoint tensors; the pieces do not overlap)."""
+    shape: tuple
+    dtype: torch.dtype
+    device: torch.device
+    pieces: tuple
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * torch.empty((), dtype=self.dtype, device="meta").element_size()
+
+    def materialize(self) -> torch.Tensor:
+        out = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+        flat = as_bytes(out)
+        for t, off in self.pieces:
+            b = as_bytes(t)
+            flat[off:off + b.numel()].copy_(b.to(flat.device))
+        return out
+
+    def word_pieces(self) -> list | None:
+        """[(tensor, first word)] where every piece starts on a word of the assembled tensor and no two share one
+        (each ends on a word boundary or at the end): the kernel's pieces. None where that does not hold."""
+        end, out = self.nbytes, []
+        for t, off in self.pieces:
+            n = t.numel() * t.element_size()
+            if off % 4 or (n % 4 and off + n != end) or off + n > end:
+                return None
+            out.append((t, off // 4))
+        return out
+
+
+# bytes of assembled tensors made at once where they must be built (CPU, unaligned pieces): a bounded temporary
+MATERIALIZE_BYTES = 256 << 20
+
+
+def assembled_digests(targets: dict, sentinels: bool = False) -> dict:
+    """{name: (digest string, sentinel flag)} of `Assembled` targets: the digest the built tensor would have, and
+    (with `sentinels`) whether some element of it is all poison bytes (None without). On CUDA the pieces are
+    digested where they lie, at their word offsets, in one batch; elsewhere each target is built (a bounded
+    number of bytes at a time) and digested as a tensor."""
+    out: dict = {}
+    direct, built = {}, []
+    for name, a in targets.items():
+        pieces = a.word_pieces() if a.device.type == "cuda" else None
+        es = torch.empty((), dtype=a.dtype, device="meta").element_size()
+        if pieces is not None and (not sentinels or es in (1, 2, 4)):
+            direct[name] = (a, pieces, es)
+        else:
+            built.append(name)
+    if direct:
+        got = _device_sums([p for _, p, _ in direct.values()], [es for _, _, es in direct.values()]
+                           if sentinels else None)
+        if got is None:
+            built += list(direct)
+        else:
+            for (name, (a, _, _)), s, hit in zip(direct.items(), *got):
+                out[name] = (_fmt(a.dtype, a.shape, s), bool(hit) if sentinels else None)
+    batch, size = {}, 0
+    for i, name in enumerate(built):
+        a = targets[name]
+        batch[name] = a.materialize()
+        size += a.nbytes
+        if size >= MATERIALIZE_BYTES or i == len(built) - 1:
+            ds = state_digests(batch)
+            for n, t in batch.items():
+                out[n] = (ds[n], any_sentinel(t) if sentinels else None)
+            batch, size = {}, 0
+    return {name: out[name] for name in targets}

@@ -1,19 +1,24 @@
 """The state digest of `harness.digest` as a Triton kernel (CUDA tensors; CPU tensors under TRITON_INTERPRET=1).
 
-A pointer table, so that a whole engine's parameters (147 to 3127 tensors) cost two launches, not one to three
-Python launches per tensor.  The batch is cut into pieces (`plan`): the whole words of each tensor whose bytes
-start on a 4-byte boundary (word pieces), and, read as bytes and assembled into words in-kernel, a tensor that
-does not start on one or the last partial word of one that does (byte pieces; same words, so the same sums).
-One int64 row per piece -- source address, units (words or bytes), first program, first word index, tensor,
-programs -- goes to the device in one copy; one launch covers all word pieces, one all byte pieces.  Program p reads its
-piece's index from a per-program array (`repeat_interleave` on the device: no search in the kernel), casts the
-loaded address to a pointer (the grouped-GEMM tutorial's pattern; Triton's interpreter runs it too, so the CPU
-suite tests this very path), reads BLOCK words once (masked by the piece's size), whitens them (fmix32),
-computes its multipliers in-kernel from the word indices (no tables, no int64 copy of the tensor) and writes one
-uint32 partial sum per lane.  The partial sums are added per tensor on the device (index_add_ into int64: exact,
-then mod 2^32) and copied to the host once.  uint32 arithmetic wraps mod 2^32 on the GPU and in the interpreter.
-An address loaded from the table is only known to be 4-byte aligned, so its loads are not vectorized the way a
-kernel argument's are (no alignment hint is given: a wrong one faults); the launches saved are the point.
+A pointer table, so that a whole engine's parameters (147 to 3127 tensors) cost a few launches, not one to three
+Python launches per tensor; and pieces at word offsets, so that a fused parameter's digest is computed from the
+checkpoint tensors it is made of without building it (`harness.digest.assembled_digests`).
+
+Work is cut by the definition's blocks of BLOCK words: a program computes one block's sums for one piece (the
+words of the block that the piece covers; the rest are masked to zero, which fmix32 keeps neutral), multiplies
+them by the block's Q_j and writes one uint32 per lane. The partial sums are added per output tensor on the device
+(index_add_ into int64: exact, then mod 2^32) and copied to the host once. P_j comes from a 64 KiB table that
+stays in the cache; its loads cost L1 bandwidth, not arithmetic (hashing every word's position took ~60 integer
+operations a word and ran at ~1.1 TB/s on the H200).
+
+One int64 row per piece -- source, units, first program, first word, output, programs, first block -- goes to
+the device in one copy. Three kinds of piece, one launch each (per sentinel element size): VEC, whole groups of
+4 words whose source is 16-byte aligned and whose first word is a multiple of 4, addressed as a word offset from
+the table's own (aligned) pointer so that the compiler can prove alignment and issue 16-byte loads (an address
+loaded from memory is only known to be 4-byte aligned); WORD, the other word-aligned pieces; BYTES, a source
+that does not start on a 4-byte boundary or the last partial word of one, read as bytes and assembled into words.
+With SENT set, each program also counts the elements of SENT bytes whose every byte is the poison byte 0xFF
+(S1's question: did a poisoned destination survive), in the same pass.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import contextlib
 
 import torch
 
-from .digest_words import MASK32
+from .digest_words import BLOCK_WORDS, MASK32
 from .formats.bytes import as_bytes
 
 try:
@@ -31,8 +36,9 @@ except ImportError as _e:
     triton = tl = None
     _IMPORT_ERROR = _e
 
-BLOCK = 4096                   # words per program
-ROW = 6                        # a table row: address, units, first program, first word, tensor, programs
+BLOCK = BLOCK_WORDS            # words per program: one block of the definition
+ROW = 7                        # source, units, first program, first word, output, programs, first block
+VEC, WORD, BYTES = 0, 1, 2
 
 if triton is not None:
     @triton.jit
@@ -45,126 +51,159 @@ if triton is not None:
         return h
 
     @triton.jit
-    def _lane(f, lo, hi, KEY: tl.constexpr):
-        c = _fmix32(hi ^ KEY) ^ KEY                   # hi32(i): one scalar per block unless CROSS
-        m = (_fmix32(lo ^ c) << 1) | 1
-        return tl.sum(f * m, axis=0)
+    def _lane(f, p_ptr, r, k, J: tl.constexpr, KEY: tl.constexpr, BLOCK: tl.constexpr):
+        p = tl.load(p_ptr + J * BLOCK + r).to(tl.uint32, bitcast=True)
+        lo = (k & 0xFFFFFFFF).to(tl.uint32)
+        hi = (k >> 32).to(tl.uint32)
+        q = (_fmix32(lo ^ KEY ^ _fmix32(hi ^ KEY)) << 1) | 1          # Q_j[k]: one scalar per program
+        return (tl.sum(f * p, axis=0) * q).to(tl.int32, bitcast=True)
 
     @triton.jit
-    def _table_kernel(table_ptr, piece_ptr, part_ptr, pid0, ROW: tl.constexpr, BLOCK: tl.constexpr,
-                      BYTES: tl.constexpr, CROSS: tl.constexpr):
-        """Partial lane sums of program pid0 + program_id: block k of its piece, words [first + k*BLOCK, +BLOCK).
-        BYTES: the piece's units are bytes (zero padding of the last word comes from the load mask); else int32
-        words.  CROSS: some block of this launch straddles a multiple of 2^32 (a base word that is not a multiple
-        of BLOCK; tests only), so hi32 is taken per word instead of once per block."""
+    def _sentinels(w, valid, SENT: tl.constexpr):
+        """Elements of SENT bytes in word w whose every byte is 0xFF (w holds 4 // SENT of them)."""
+        x = ~w
+        if SENT == 4:
+            hit = (x == 0).to(tl.int32)
+        elif SENT == 2:
+            hit = ((x & 0xFFFF) == 0).to(tl.int32) + ((x >> 16) == 0).to(tl.int32)
+        else:
+            hit = (((x & 0xFF) == 0).to(tl.int32) + (((x >> 8) & 0xFF) == 0).to(tl.int32)
+                   + (((x >> 16) & 0xFF) == 0).to(tl.int32) + ((x >> 24) == 0).to(tl.int32))
+        return tl.sum(tl.where(valid, hit, 0), axis=0)
+
+    @triton.jit
+    def _table_kernel(table_ptr, piece_ptr, part_ptr, p_ptr, pid0, ROW: tl.constexpr, BLOCK: tl.constexpr,
+                      KIND: tl.constexpr, SENT: tl.constexpr):
+        """Block k of program pid0 + program_id's piece: lane sums of the piece's words in [k*BLOCK, (k+1)*BLOCK)
+        times Q_j[k] (and with SENT, the count of all-0xFF elements of SENT bytes among them)."""
         pid = pid0 + tl.program_id(0).to(tl.int64)
         row = table_ptr + tl.load(piece_ptr + pid) * ROW
-        addr = tl.load(row)
+        src = tl.load(row)
         n_units = tl.load(row + 1)
-        k = pid - tl.load(row + 2)                     # block of the piece
-        first = tl.load(row + 3) + k * BLOCK
-        w_idx = k * BLOCK + tl.arange(0, BLOCK)
-        if BYTES:
-            src = addr.to(tl.pointer_type(tl.uint8))
+        first = tl.load(row + 3)
+        k = tl.load(row + 6) + (pid - tl.load(row + 2))
+        r = tl.arange(0, BLOCK)
+        if KIND == 0:
+            # words [first, first + n_units) at word offset src from p_ptr: all multiples of 4 (the plan's
+            # promise), so the loads below are 16-byte vectors
+            adj = tl.multiple_of(src - first, 4)
+            first = tl.multiple_of(first, 4)
+            n_units = tl.multiple_of(n_units, 4)
+            i = k * BLOCK + r
+            valid = (i >= first) & (i < first + n_units)
+            w = tl.load(p_ptr + adj + i, mask=valid, other=0).to(tl.uint32, bitcast=True)
+        elif KIND == 1:
+            rel = k * BLOCK + r - first
+            valid = (rel >= 0) & (rel < n_units)
+            w = tl.load(src.to(tl.pointer_type(tl.int32)) + rel, mask=valid, other=0).to(tl.uint32, bitcast=True)
+        else:
+            rel = k * BLOCK + r - first
             lane = tl.arange(0, 4)
-            boff = w_idx[:, None] * 4 + lane[None, :]
-            b = tl.load(src + boff, mask=boff < n_units, other=0).to(tl.uint32)
+            boff = rel[:, None] * 4 + lane[None, :]
+            ok = (rel[:, None] >= 0) & (boff < n_units)
+            b = tl.load(src.to(tl.pointer_type(tl.uint8)) + boff, mask=ok, other=0).to(tl.uint32)
             w = tl.sum(b << (lane * 8).to(tl.uint32)[None, :], axis=1)      # disjoint bits: sum == or
-        else:
-            src = addr.to(tl.pointer_type(tl.int32))
-            w = tl.load(src + w_idx, mask=w_idx < n_units, other=0).to(tl.uint32, bitcast=True)
+            valid = (rel >= 0) & (rel * 4 < n_units)
         f = _fmix32(w)
-        if CROSS:
-            idx = first + tl.arange(0, BLOCK)
-            hi = (idx >> 32).to(tl.uint32)
-            lo = (idx & 0xFFFFFFFF).to(tl.uint32)
-        else:
-            hi = (first >> 32).to(tl.uint32)
-            lo = ((first & 0xFFFFFFFF) + tl.arange(0, BLOCK)).to(tl.uint32)   # the block stays below 2^32
-        out = part_ptr + pid * 4
-        tl.store(out + 0, _lane(f, lo, hi, 0x9E3779B9).to(tl.int32, bitcast=True))
-        tl.store(out + 1, _lane(f, lo, hi, 0x85EBCA6B).to(tl.int32, bitcast=True))
-        tl.store(out + 2, _lane(f, lo, hi, 0xC2B2AE35).to(tl.int32, bitcast=True))
-        tl.store(out + 3, _lane(f, lo, hi, 0x27D4EB2F).to(tl.int32, bitcast=True))
+        out = part_ptr + pid * 5
+        tl.store(out + 0, _lane(f, p_ptr, r, k, 0, 0x9E3779B9, BLOCK))
+        tl.store(out + 1, _lane(f, p_ptr, r, k, 1, 0x85EBCA6B, BLOCK))
+        tl.store(out + 2, _lane(f, p_ptr, r, k, 2, 0xC2B2AE35, BLOCK))
+        tl.store(out + 3, _lane(f, p_ptr, r, k, 3, 0x27D4EB2F, BLOCK))
+        if SENT > 0:
+            tl.store(out + 4, _sentinels(w, valid, SENT))
 
 
-def _pieces(b: torch.Tensor, base_word: int):
-    """(source, units, first word index, BYTES) pieces of the byte tensor b: its whole words, then its last
-    partial word; all of it as bytes where it does not start on a 4-byte boundary."""
+def _pieces(b: torch.Tensor, first: int, base_addr: int):
+    """(kind, source, units, first word) pieces of the byte tensor b placed at word `first`: 16-byte-aligned whole
+    groups of 4 words (VEC; source as a word offset from base_addr), then the remaining whole words (WORD), then
+    the last partial word; all of it as bytes where it does not start on a 4-byte boundary."""
     n = b.numel()
     if n == 0:
         return []
-    if b.data_ptr() % 4:
-        return [(b, n, base_word, True)]
-    n4 = n // 4
-    out = [(b, n4, base_word, False)] if n4 else []
+    addr = b.data_ptr()
+    if addr % 4:
+        return [(BYTES, addr, n, first)]
+    n4, out = n // 4, []
+    vec = n4 - n4 % 4 if addr % 16 == 0 and first % 4 == 0 else 0
+    if vec:
+        out.append((VEC, (addr - base_addr) // 4, vec, first))
+    if n4 > vec:
+        out.append((WORD, addr + 4 * vec, n4 - vec, first + vec))
     if n % 4:
-        out.append((b[4 * n4:], n % 4, base_word + n4, True))
+        out.append((BYTES, addr + 4 * n4, n % 4, first + n4))
     return out
 
 
-def _programs(units: int, as_bytes_: bool) -> int:
-    words = -(-units // 4) if as_bytes_ else units
-    return -(-words // BLOCK)
+def _blocks(kind: int, units: int, first: int) -> tuple[int, int]:
+    """(first block, programs) of a piece: the definition's blocks its words touch."""
+    words = -(-units // 4) if kind == BYTES else units
+    k0 = first // BLOCK
+    return k0, (first + words - 1) // BLOCK - k0 + 1
 
 
-def _crosses(first: int, programs: int) -> bool:
-    """Whether a block of words [first + k*BLOCK, +BLOCK), k < programs, straddles a multiple of 2^32."""
-    boundary = ((first >> 32) + 1) << 32
-    return first % BLOCK != 0 and boundary < first + programs * BLOCK
-
-
-def plan(tensors: list, base_word: int = 0):
-    """(launches, rows, sources): launches = [(BYTES, CROSS, first program, programs)], at most one per BYTES
-    whatever the number of tensors; rows = one [address, units, first program, first word, tensor, programs]
-    per piece, word pieces first; sources = the byte tensors the addresses point into (alive until the kernels are
-    enqueued: `as_bytes` copies a strided tensor)."""
-    sources, by_kind = [], {False: [], True: []}
-    for ti, t in enumerate(tensors):
-        b = as_bytes(t)
-        sources.append(b)
-        for src, units, first, byt in _pieces(b, base_word):
-            by_kind[byt].append((src.data_ptr(), units, first, ti, _programs(units, byt)))
+def plan(groups: list, sentinel_sizes: list | None = None, base_addr: int = 0):
+    """(launches, rows, sources): launches = [(kind, sentinel size, first program, programs)], at most one per kind
+    and sentinel size whatever the number of tensors; rows = one [source, units, first program, first word, output,
+    programs, first block] per piece; sources = the byte tensors the rows point into (alive until the kernels are
+    enqueued: `as_bytes` copies a strided tensor). `groups[o]` is output o's pieces, (tensor, first word) each;
+    `sentinel_sizes[o]`: its element size (1, 2 or 4) to count all-0xFF elements of, or None."""
+    sources, by_kind = [], {}
+    for o, group in enumerate(groups):
+        sent = sentinel_sizes[o] if sentinel_sizes is not None else 0
+        for t, first in group:
+            b = as_bytes(t)
+            sources.append(b)
+            for kind, src, units, w0 in _pieces(b, first, base_addr):
+                k0, p = _blocks(kind, units, w0)
+                by_kind.setdefault((kind, sent), []).append((src, units, w0, o, p, k0))
     launches, rows, start = [], [], 0
-    for byt in (False, True):
-        group = by_kind[byt]
-        if not group:
-            continue
-        begin, cross = start, False
-        for addr, units, first, ti, p in group:
-            rows.append([addr, units, start, first, ti, p])
-            cross = cross or _crosses(first, p)
+    for key in sorted(by_kind):
+        begin = start
+        for src, units, w0, o, p, k0 in by_kind[key]:
+            rows.append([src, units, start, w0, o, p, k0])
             start += p
-        launches.append((byt, cross, begin, start - begin))
+        launches.append((key[0], key[1], begin, start - begin))
     return launches, rows, sources
 
 
-def lane_sums_batched(tensors: list, base_word: int = 0) -> list:
-    """[(S_0, S_1, S_2, S_3)] for each tensor (all on one device); one copy to the device (the table), at most
-    two launches, one copy to the host for the whole batch.  `base_word` offsets the word indices (tests reach
-    indices >= 2^32 with it)."""
+def lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
+    """(sums, sentinels): [(S_0, S_1, S_2, S_3)] per output (all pieces on one device), and per output whether
+    some element is all 0xFF bytes (None without `sentinel_sizes`). One copy to the device (the table), a launch
+    per kind of piece, one copy to the host for the whole batch."""
     if triton is None:
         raise ImportError(f"harness.digest_triton needs Triton ({_IMPORT_ERROR})")
-    if not tensors:
-        return []
-    device = tensors[0].device
-    launches, rows, sources = plan(tensors, base_word)
+    if not groups:
+        return [], None if sentinel_sizes is None else []
+    device = next((t.device for g in groups for t, _ in g), torch.device("cpu"))
+    from .digest import block_table
+    p = block_table(device)
+    launches, rows, sources = plan(groups, sentinel_sizes, p.data_ptr())
+    zero = [(0, 0, 0, 0)] * len(groups), None if sentinel_sizes is None else [False] * len(groups)
     if not launches:                                         # only empty tensors
-        return [(0, 0, 0, 0)] * len(tensors)
+        return zero
     host = torch.tensor(rows, dtype=torch.int64)
     if device.type == "cuda":
         host = host.pin_memory()
     table = host.to(device, non_blocking=True)               # the batch's one host-to-device copy
     total = launches[-1][2] + launches[-1][3]
     piece = torch.repeat_interleave(torch.arange(len(rows), device=device), table[:, 5], output_size=total)
-    parts = torch.empty((total, 4), dtype=torch.int32, device=device)
+    parts = torch.zeros((total, 5), dtype=torch.int32, device=device)
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-        for byt, cross, begin, programs in launches:          # Triton launches on the current device
-            _table_kernel[(programs,)](table, piece, parts, begin, ROW=ROW, BLOCK=BLOCK, BYTES=byt,
-                                       CROSS=cross, num_warps=8)
-    wide = parts.to(torch.int64) & MASK32                    # uint32 partials; a sum of < 2^31 of them fits
-    sums = torch.zeros((len(tensors), 4), dtype=torch.int64, device=device)
+        for kind, sent, begin, programs in launches:          # Triton launches on the current device
+            _table_kernel[(programs,)](table, piece, parts, p, begin, ROW=ROW, BLOCK=BLOCK, KIND=kind, SENT=sent,
+                                       num_warps=8)
+    wide = parts.to(torch.int64)
+    wide[:, :4] &= MASK32                                    # uint32 partials; a sum of < 2^31 of them fits
+    sums = torch.zeros((len(groups), 5), dtype=torch.int64, device=device)
     sums.index_add_(0, table[:, 4][piece], wide)
     del sources                                              # the kernels are enqueued
-    return [tuple(int(v) & MASK32 for v in r) for r in sums.cpu().tolist()]
+    got = sums.cpu().tolist()
+    return ([tuple(int(v) & MASK32 for v in r[:4]) for r in got],
+            None if sentinel_sizes is None else [r[4] > 0 for r in got])
 
+
+def lane_sums_batched(tensors: list, base_word: int = 0) -> list:
+    """[(S_0, S_1, S_2, S_3)] for each tensor (all on one device); `base_word` offsets the word indices (tests
+    reach indices >= 2^32 with it)."""
+    return lane_sums_pieces([[(t, base_word)] for t in tensors])[0]

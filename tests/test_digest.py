@@ -11,6 +11,7 @@ from harness.digest import state_digest, state_digests
 
 KEYS = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F)
 M32 = 0xFFFFFFFF
+B = 4096
 
 
 # ---- independent oracle: the module docstring's definition, one word at a time ----
@@ -24,8 +25,12 @@ def py_fmix32(h):
 
 
 def py_multiplier(i, j):
+    """m_ij = P_j[i mod B] * Q_j[i div B]: written out here from the docstring, not imported."""
     k = KEYS[j]
-    return (py_fmix32((i & M32) ^ k ^ py_fmix32((i >> 32) ^ k)) * 2 + 1) & M32
+    p = (py_fmix32((i % B) ^ k) * 2 + 1) & M32
+    blk = i // B
+    q = (py_fmix32((blk & M32) ^ k ^ py_fmix32((blk >> 32) ^ k)) * 2 + 1) & M32
+    return (p * q) & M32
 
 
 def py_lane_sums(data: bytes, base: int = 0, whiten: bool = True):
@@ -68,10 +73,10 @@ def _tensors():
 
 def test_known_answer_vectors():
     known = {
-        "fx:int32:10:0399fdb8b38e52d6e465b49cfc5cedc0": torch.arange(10, dtype=torch.int32),
-        "fx:float32:3:ce54fe26174eb4caf533696c9bf86246": torch.tensor([1.0, -2.0, 0.5]),
+        "fx:int32:10:66f3e0b8dfb215c227fe582c8a6e4752": torch.arange(10, dtype=torch.int32),
+        "fx:float32:3:1edd9158a116c394151fd63cef03cb0a": torch.tensor([1.0, -2.0, 0.5]),
         "fx:bfloat16:2x3:00000000000000000000000000000000": torch.zeros(2, 3, dtype=torch.bfloat16),
-        "fx:uint8:scalar:3478c65c92d32fa403be8c6cf37773ac": torch.tensor(7, dtype=torch.uint8),
+        "fx:uint8:scalar:43b4406ca3ed3cdcea080acc0296df54": torch.tensor(7, dtype=torch.uint8),
     }
     for want, t in known.items():
         assert py_digest(t) == want                                  # the oracle is pinned too
@@ -132,20 +137,21 @@ def test_structured_differences_the_first_draft_could_not_see():
         assert state_digest(a) != state_digest(b)
 
 
-def test_chunks_cached_and_generated_multipliers(monkeypatch):
-    monkeypatch.setattr(digest, "CHUNK_WORDS", 64)
-    monkeypatch.setattr(digest, "CACHED_CHUNKS", 2)
-    t = torch.randn(1000)                                            # 16 chunks: 2 cached, 14 generated
+def test_chunks_and_blocks(monkeypatch):
+    monkeypatch.setattr(digest, "CHUNK_WORDS", 2 * B)
+    t = torch.randn(5 * B + 77)                                      # 3 chunks, the last one partial
     assert state_digest(t) == py_digest(t)
-    u = torch.arange(1000 * 4 + 3, dtype=torch.uint8)[1:]            # unaligned, with a partial last word
+    u = torch.arange(3 * B * 4 + 3, dtype=torch.uint8)[1:]           # unaligned, with a partial last word
     assert state_digest(u) == py_digest(u)
 
 
-def test_multipliers_with_high_index_bits():
-    for base in (0, 1 << 20, (1 << 32) - (1 << 20), 1 << 32, (5 << 32) + (3 << 20)):
-        m = digest.multipliers(base, 50)
-        want = [[py_multiplier(base + i, j) for i in range(50)] for j in range(4)]
-        assert (m.long() & M32).tolist() == want, hex(base)
+def test_block_multipliers_with_high_index_bits():
+    """Q_j for blocks past 2^32 (tensors past 16 TiB words are not real; the rule must still hold)."""
+    for base in (0, B, (1 << 32) * B, ((5 << 32) + 3) * B):
+        t = torch.randn(B + 9)
+        assert digest.lane_sums(t, base) == py_lane_sums(py_bytes(t), base), hex(base)
+    with pytest.raises(ValueError):
+        digest.lane_sums(torch.randn(3), 5)
 
 
 def test_state_digests_batched_and_meta():
@@ -251,12 +257,123 @@ def test_triton_launches_per_batch_do_not_grow_with_the_batch(monkeypatch):
         launches.clear()
         assert dt.lane_sums_batched([t.to(device) for t in ts]) == [digest.lane_sums(t) for t in ts]
         per_batch[n] = len(launches)
-        assert len(dt.plan(ts)[0]) == per_batch[n]
-    assert per_batch == {1: 1, 7: 1, 80: 1}                              # aligned words: one launch
+        assert len(dt.plan([[(t, 0)] for t in ts])[0]) == per_batch[n]
+    assert per_batch == {1: 1, 7: 1, 80: 1}              # aligned groups of 4 words: one (vector) launch
     ts = _mixed_batch(100, dt.BLOCK)
     launches.clear()
     assert dt.lane_sums_batched([_to(t, device) for t in ts]) == [digest.lane_sums(t) for t in ts]
-    assert len(launches) == 2                                            # words, then bytes
+    assert len(launches) == 3                            # 16-byte vectors, words, then bytes
     launches.clear()
     assert dt.lane_sums_batched([torch.zeros(0, device=device)] * 3) == [(0, 0, 0, 0)] * 3
     assert launches == []
+
+
+def _fused(device: str, g):
+    """Pieces as a layout map places checkpoint tensors in a fused parameter: q|k|v rows of fp8 codes, an expert
+    slot, a gap left zero, a piece that starts inside a block of the definition, bf16 and fp32 scale pieces."""
+    f = lambda *s: torch.randn(*s, generator=g)                        # noqa: E731
+    q, k, v = (f(n, 96).to(torch.float8_e4m3fn) for n in (64, 16, 16))
+    s1, s2 = f(3, 5).abs(), f(2, 5).abs()
+    h1, h2 = f(7, 6).bfloat16(), f(5, 6).bfloat16()
+    big = f(B + 300)                                                    # crosses a block of the definition
+    spec = {
+        "qkv": ((96, 96), torch.float8_e4m3fn, [(q, 0), (k, 64 * 96), (v, 80 * 96)]),
+        "scale": ((5, 5), torch.float32, [(s1, 0), (s2, 60)]),
+        "gap": ((14, 6), torch.bfloat16, [(h1, 0), (h2, 9 * 12)]),      # rows 7-8 stay zero
+        "mid_block": ((2 * B + 400,), torch.float32, [(big, 4 * 100)]),  # first word 100: not block-aligned
+        "strided": ((4, 3), torch.float32, [(f(3, 4).t(), 0)]),
+    }
+    on = {n: [(_to(t, device), off // 4) for t, off in pieces] for n, (_, _, pieces) in spec.items()}
+    return spec, on
+
+
+def test_assembled_digests_are_the_built_tensors_digests():
+    from harness.digest import Assembled, assembled_digests
+    from harness.formats.bytes import any_sentinel
+    g = torch.Generator().manual_seed(3)
+    spec, _ = _fused("cpu", g)
+    targets = {n: Assembled(shape, dt, torch.device("cpu"), tuple(p)) for n, (shape, dt, p) in spec.items()}
+    poisoned = targets["gap"].pieces[1][0].clone()
+    poisoned.view(torch.int16)[2, 3] = -1                               # one bf16 element all 0xFF bytes
+    targets["poisoned"] = Assembled((14, 6), torch.bfloat16, torch.device("cpu"),
+                                    ((targets["gap"].pieces[0][0], 0), (poisoned, 9 * 12)))
+    got = assembled_digests(targets, sentinels=True)
+    for n, a in targets.items():
+        built = a.materialize()
+        assert got[n] == (py_digest(built), any_sentinel(built)), n
+    assert got["poisoned"][1] and not got["gap"][1]
+    assert assembled_digests(targets)["qkv"][1] is None
+    assert targets["qkv"].word_pieces() == [(p, off // 4) for p, off in targets["qkv"].pieces]
+    assert Assembled((3, 3), torch.uint8, torch.device("cpu"), ((torch.ones(3, dtype=torch.uint8), 1),)) \
+        .word_pieces() is None                                           # a piece off a word boundary
+    assert Assembled((3, 3), torch.uint8, torch.device("cpu"), ((torch.ones(3, dtype=torch.uint8), 0),
+                                                                 (torch.ones(6, dtype=torch.uint8), 3))) \
+        .word_pieces() is None                                           # two pieces would share a word
+
+
+def test_triton_pieces_at_word_offsets_and_sentinels():
+    """The kernel's pieces (VEC, WORD and BYTES rows, blocks of the definition entered mid-way, zero gaps) give the
+    built tensor's sums, and per output whether an element of the given size is all 0xFF, in one call."""
+    from harness.digest import Assembled
+    from harness.formats.bytes import any_sentinel
+    dt, device = _load_kernel()
+    g = torch.Generator().manual_seed(4)
+    spec, on = _fused(device, g)
+    built = {n: Assembled(shape, d, torch.device("cpu"), tuple(p)).materialize() for n, (shape, d, p) in spec.items()}
+    u8 = torch.arange(64, dtype=torch.uint8)
+    built["unaligned"] = torch.cat([torch.zeros(8, dtype=torch.uint8), u8[3:40]])
+    on["unaligned"] = [(_to(u8[3:40], device), 2)]                       # source 3 bytes into its storage
+    poison = torch.randn(B + 50)
+    poison[B + 10] = torch.tensor(-1, dtype=torch.int32).view(torch.float32)
+    built["poison32"], on["poison32"] = poison, [(poison.to(device), 0)]
+    fp8 = torch.randn(64).to(torch.float8_e4m3fn)
+    fp8.view(torch.uint8)[37] = 0xFF
+    built["poison8"], on["poison8"] = fp8[1:].contiguous(), [(_to(fp8, device)[1:], 0)]
+    half = torch.full((6,), -1, dtype=torch.int16)
+    half[::2] = 0x7FFF                                                  # 0xFFFF halves, but no all-0xFF word
+    built["poison16"], on["poison16"] = half.view(torch.bfloat16), [(half.view(torch.bfloat16).to(device), 0)]
+    names = list(on)
+    sizes = [built[n].element_size() for n in names]
+    sums, hits = dt.lane_sums_pieces([on[n] for n in names], sizes)
+    assert sums == [digest.lane_sums(built[n]) for n in names]
+    assert hits == [any_sentinel(built[n]) for n in names]
+    assert hits[names.index("poison32")] and hits[names.index("poison8")] and hits[names.index("poison16")]
+    assert not hits[names.index("qkv")]
+    assert dt.lane_sums_pieces([on[n] for n in names])[1] is None
+
+
+PTX_DIGEST = r"""
+import json, re
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from harness import digest_triton as dt
+out = {}
+for kind in (dt.VEC, dt.WORD, dt.BYTES):
+    sig = {"table_ptr": "*i64", "piece_ptr": "*i64", "part_ptr": "*i32", "p_ptr": "*i32", "pid0": "i64",
+           "ROW": "constexpr", "BLOCK": "constexpr", "KIND": "constexpr", "SENT": "constexpr"}
+    const = {"ROW": dt.ROW, "BLOCK": dt.BLOCK, "KIND": kind, "SENT": 1}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+    k = triton.compile(ASTSource(fn=dt._table_kernel, signature=sig, constexprs=const, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+    out[kind] = re.findall(r"ld\.global[.a-z0-9]*", k.asm["ptx"])
+print(json.dumps(out))
+"""
+
+
+def test_sm90_ptx_vector_loads():
+    """Compiled for sm90 here (no GPU needed): the VEC rows' data and the multiplier table load as 16-byte vectors
+    (the first kernel's scalar loads from table addresses were one reason it ran at half the HBM rate)."""
+    import json, os, subprocess, sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", PTX_DIGEST], env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        if "ptxas" in r.stderr or "NVPTX" in r.stderr or "not supported" in r.stderr or "triton" in r.stderr and \
+                "No module" in r.stderr:
+            pytest.skip(f"triton cannot compile for sm90 here: {r.stderr.strip().splitlines()[-1]}")
+        raise AssertionError(r.stderr[-3000:])
+    loads = {int(k): v for k, v in json.loads(r.stdout.strip().splitlines()[-1]).items()}
+    assert "ld.global.b32" not in loads[0] and loads[0].count("ld.global.v4.b32") > 16, loads[0]   # data + table
+    assert loads[1].count("ld.global.v4.b32") == 16 and "ld.global.b32" in loads[1], loads[1]   # table; scalar data
