@@ -182,6 +182,10 @@ class Assembled:
         return n * torch.empty((), dtype=self.dtype, device="meta").element_size()
 
     def materialize(self) -> torch.Tensor:
+        if len(self.pieces) == 1:
+            t, off = self.pieces[0]
+            if off == 0 and tuple(t.shape) == tuple(self.shape) and t.dtype == self.dtype and t.device == self.device:
+                return t                        # the whole tensor is that piece (a caller never writes it)
         out = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
         flat = as_bytes(out)
         for t, off in self.pieces:

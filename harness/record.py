@@ -54,6 +54,18 @@ class Resync:
 
 
 @dataclass
+class DigestProof:
+    """What a digest-first capture established: `matched` are the rank-named parameters whose device digest equals
+    the digest of what a correct sync leaves there (the trainer's bytes through the layout map and the declared
+    post-load transform): they hold exactly those bytes, up to a 2^-128 collision, and a snapshot represents them
+    by them. `sentinel`: those of them whose bytes hold an element of all poison bytes (S1). It holds for the
+    snapshot the capture made (`Snapshot.proof`) and is never written with one: a snapshot read back from disk, or
+    one whose tensors were replaced, is compared in full."""
+    matched: list[str] = field(default_factory=list)
+    sentinel: list[str] = field(default_factory=list)
+
+
+@dataclass
 class PostLoad:
     """The engine's declared post-load transform: `kind` applied to exactly the rank-named FP8 parameters in
     `params` (the checks apply what the engine declares; conformance tests prove the declaration)."""
@@ -192,5 +204,5 @@ class PayloadMeta:
         return from_data(cls, data, where)
 
 
-__all__ = ["ACT_QUANT_KINDS", "EngineRecord", "Generation", "KVScale", "Outputs", "POST_LOAD_KINDS", "PayloadMeta",
+__all__ = ["ACT_QUANT_KINDS", "DigestProof", "EngineRecord", "Generation", "KVScale", "Outputs", "POST_LOAD_KINDS", "PayloadMeta",
            "PostLoad", "Resync", "SchemaError", "ServingState", "TrainerRecord", "UpdateRecord", "WakeEvent"]

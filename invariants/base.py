@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Callable, Iterable
 
 from harness.config import SyncConfig
-from harness.layouts import scale_name
+from harness.layouts import is_scale_name, rank_name, scale_name, weight_of_scale
 from harness.memo import IdentityMemo
 from harness.snapshot import Snapshot
 
@@ -48,9 +48,6 @@ class CheckContext:
     probe_bounds: dict | None = None     # P1 bounds fixed before the run (default: derived per sync, see P1)
     job: object = None                   # a parsed RL job config (harness.jobconfig.Job): the job rules read it
     cold: Snapshot | None = None         # a fresh engine given the same sync (the cold-vs-warm differential)
-    # what a correct sync leaves in the engine (vLLM names): `expected_engine_state` of the trainer snapshot under
-    # the rollout record's post-load transform, as the pipeline's capture computed it (None: computed where needed)
-    expected_engine: dict | None = None
 
     def trainer_value(self, name: str):
         """One trainer tensor as fp32 values (FP8 dequantized), computed on demand; None if absent. Dequantized
@@ -82,14 +79,95 @@ class CheckContext:
         vals = {t.name: self.trainer_value(t.name) for t in self.config.spec.tensors()}
         return {n: v for n, v in vals.items() if v is not None}
 
+    def expected_kernel(self, name: str):
+        """The trainer's codes and scale of FP8 weight `name` after the engine's *declared* post-load transform
+        (EngineRecord.post_load: e.g. vLLM's UE8M0 requantization; identity otherwise), in checkpoint
+        coordinates, plus whether a transform applied. The transforms are block-local, so applying one per
+        checkpoint tensor equals applying it per fused engine parameter. None when the trainer's tensors cannot
+        be transformed (wrong shape: see S4)."""
+        from harness.numerics import apply_post_load
+        cache = self.__dict__.setdefault("_expected_kernel", {})
+        if name not in cache:
+            codes, scale = self.trainer[name], self.trainer[scale_name(name)]
+            decl = self.rollout.meta.post_load if self.rollout is not None and self.rollout.meta is not None else None
+            param = _declared_param(self.config, name)
+            if decl is None or param not in decl.params:
+                cache[name] = (codes, scale, False)
+            else:
+                # by identity and version, CPU only (on a GPU an extension may rewrite a tensor without moving its
+                # version)
+                key = (id(codes), codes._version, id(scale), scale._version, param, decl.kind)
+                hit = _TRANSFORMED.get(key) if codes.device.type == "cpu" else None
+                if hit is None or hit[0] is not codes or hit[1] is not scale:
+                    try:
+                        q, sc, _ = apply_post_load(decl, param, codes, scale)
+                    except (ValueError, RuntimeError, IndexError):
+                        q = sc = None
+                    hit = (codes, scale, q, sc)
+                    if codes.device.type == "cpu":            # a GPU result is not kept (nor its memory)
+                        _TRANSFORMED[key] = hit
+                        if len(_TRANSFORMED) > 4096:
+                            _TRANSFORMED.pop(next(iter(_TRANSFORMED)))
+                cache[name] = None if hit[2] is None else (hit[2], hit[3], True)
+        return cache[name]
+
+    def expected_hf(self, name: str):
+        """What a correct sync leaves in the engine, in checkpoint coordinates: the trainer's tensor, an FP8 weight
+        or scale through the engine's declared post-load transform (`expected_kernel`), a high-precision one as the
+        BF16 the engine holds; None where the trainer cannot give it. The same bytes as
+        `expected_engine_state` mapped back through the layout, without building a fused parameter."""
+        fp8 = self.config.layout.engine_fp8_hf
+        weight = weight_of_scale(name) if is_scale_name(name) else name
+        if weight in fp8:
+            if weight not in self.trainer or scale_name(weight) not in self.trainer:
+                return None
+            ek = self.expected_kernel(weight)
+            return None if ek is None else ek[1 if weight != name else 0]
+        t = self.trainer.get(name)
+        return None if t is None else t.to(torch_bf16())
+
+    @cached_property
+    def proven_hf(self) -> frozenset:
+        """Checkpoint tensors every engine parameter of which (every rank; codes and scale) the capture's digests
+        proved (`Snapshot.proof`): the engine holds exactly `expected_hf` of them."""
+        proof = self.rollout.proof if self.rollout is not None else None
+        if proof is None or not proof.matched:
+            return frozenset()
+        matched = set(proof.matched)
+        return frozenset(n for n, dsts in self.config.layout.rollout_destinations().items() if dsts <= matched)
+
     @cached_property
     def rollout_hf(self) -> dict:
         """Rollout tensors mapped back to checkpoint coordinates (fusion and TP narrowing undone). A source
-        whose pieces are missing or misshapen in the rollout is left out and explained in `rollout_hf_errors`."""
+        whose pieces are missing or misshapen in the rollout is left out and explained in `rollout_hf_errors`.
+        A source the capture's digests proved is the trainer's own tensor (through the declared transform): the
+        same bytes, and a comparison with the trainer's that reads nothing (`harness.bitview`: one view)."""
         errors: dict[str, str] = {}
-        out = self.config.layout.vllm_to_hf(self.rollout, errors=errors)
+        proven = {}
+        for n in self.proven_hf:
+            v = self.expected_hf(n)
+            if v is not None:
+                proven[n] = v
+        out = self.config.layout.vllm_to_hf(self.rollout, errors=errors, skip=frozenset(proven))
+        out.update(proven)
         self.rollout_hf_errors = errors
         return out
+
+
+def torch_bf16():
+    import torch
+    return torch.bfloat16
+
+
+def _declared_param(cfg: SyncConfig, name: str) -> str:
+    """The rank-0 engine parameter an HF FP8 weight lands in (how the engine's declaration names it)."""
+    dst = next(p.dst for p in cfg.layout.vllm[0] if p.src == name)
+    return rank_name(dst, 0, cfg.rollout.tp_size)
+
+
+# memo of the declared transform by tensor identity (the entry keeps its inputs alive, so ids stay unique)
+_TRANSFORMED: dict = {}
+
 
 @dataclass(frozen=True)
 class Invariant:

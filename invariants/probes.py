@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:     # torch and the numerics are imported in the checks that compute: pre-flight imports this without them
     import torch
 
-from harness.layouts import scale_name
+from harness.layouts import rank_name, scale_name
 
 from .base import CheckContext, fail, invariant, passed, unknown
 
@@ -183,9 +183,10 @@ def floor_logprobs(ctx: CheckContext, prompts):
             from harness.numerics.online import online_engine_state_hf
             sent = {n: ctx.payload[n] for n in ctx.payload.names()}
             ideal = online_engine_state_hf(cfg, sent) if cfg.engine_online else sent
-        else:           # the capture's expected state where it computed one (the same function of the same inputs)
-            held = ctx.expected_engine
-            ideal = cfg.layout.vllm_to_hf(held if held is not None else expected_engine_state(cfg, hf, post_load))
+        else:
+            ideal = _proven_ideal(ctx) if holds_expected(ctx) else None
+            if ideal is None:
+                ideal = cfg.layout.vllm_to_hf(expected_engine_state(cfg, hf, post_load))
         vals = {n: _dequantized(cfg.engine_recipe, ideal[n], ideal[scale_name(n)])
                 if n in cfg.engine_fp8_tensors else _held(ideal[n])
                 for n in (t.name for t in cfg.spec.tensors()) if n in ideal}
@@ -202,12 +203,25 @@ def floor_logprobs(ctx: CheckContext, prompts):
 
 
 def holds_expected(ctx: CheckContext) -> bool:
-    """The rollout snapshot is the capture's expected state itself (every parameter's digest matched, DigestFirst
-    represented each by its expected tensor): the rollout's reference forward is then the floor's, the same
-    function of the same tensor objects, and is computed once."""
-    held, r = ctx.expected_engine, ctx.rollout
-    return (held is not None and r is not None and ctx.config.rollout.quantization == "checkpoint"
-            and set(r.tensors) == set(held) and all(r.tensors[k] is held[k] for k in held))
+    """The rollout snapshot is a perfect sync's engine: the capture's digests proved every parameter the layout
+    says the engine holds (`Snapshot.proof`), so the rollout's reference forward is the floor's, the same
+    function of the same bytes, and is computed once."""
+    r, cfg = ctx.rollout, ctx.config
+    proof = r.proof if r is not None else None
+    if proof is None or cfg.rollout.quantization != "checkpoint":
+        return False
+    tp = cfg.rollout.tp_size
+    want = {rank_name(n, k, tp) for k in range(tp) for n in cfg.layout.vllm_param_shapes(k)}
+    return set(r.names()) == want and set(proof.matched) >= want
+
+
+def _proven_ideal(ctx: CheckContext) -> dict | None:
+    """A perfect sync's engine in checkpoint coordinates as the trainer's own tensors (`CheckContext.expected_hf`:
+    no fused parameter built), or None where one of them cannot be made that way."""
+    names = [n for t in ctx.config.spec.tensors() for n in (t.name, scale_name(t.name))
+             if n == t.name or t.name in ctx.config.engine_fp8_tensors]
+    out = {n: ctx.expected_hf(n) for n in names}
+    return None if any(v is None for v in out.values()) else out
 
 
 def _rollout_values(ctx: CheckContext):

@@ -62,41 +62,9 @@ def _fp8_names(ctx: CheckContext) -> list[str]:
     return [t.name for t in ctx.config.spec.tensors() if t.name in ctx.config.fp8_tensors]
 
 
-def _declared_param(ctx: CheckContext, name: str) -> str:
-    """The rank-0 engine parameter an HF FP8 weight lands in (how the engine's declaration names it)."""
-    dst = next(p.dst for p in ctx.config.layout.vllm[0] if p.src == name)
-    return rank_name(dst, 0, ctx.config.rollout.tp_size)
-
-
 def expected_kernel(ctx: CheckContext, name: str):
-    """The trainer's codes and scale after the engine's *declared* post-load transform (EngineRecord.post_load:
-    e.g. vLLM's UE8M0 requantization; identity otherwise), in checkpoint coordinates, plus whether a transform
-    applied. The transforms are block-local, so applying one per checkpoint tensor equals applying it per fused
-    engine parameter. None when the trainer's tensors cannot be transformed (wrong shape: see S4)."""
-    from harness.numerics import apply_post_load
-    cache = ctx.__dict__.setdefault("_expected_kernel", {})
-    if name not in cache:
-        codes, scale = ctx.trainer[name], ctx.trainer[scale_name(name)]
-        decl = ctx.rollout.meta.post_load if ctx.rollout is not None and ctx.rollout.meta is not None else None
-        param = _declared_param(ctx, name)
-        if decl is None or param not in decl.params:
-            cache[name] = (codes, scale, False)
-        else:
-            # by identity and version, CPU only (on a GPU an extension may rewrite a tensor without moving its version)
-            key = (id(codes), codes._version, id(scale), scale._version, param, decl.kind)
-            hit = _TRANSFORMED.get(key) if codes.device.type == "cpu" else None
-            if hit is None or hit[0] is not codes or hit[1] is not scale:
-                try:
-                    q, sc, _ = apply_post_load(decl, param, codes, scale)
-                except (ValueError, RuntimeError, IndexError):
-                    q = sc = None
-                hit = (codes, scale, q, sc)
-                if codes.device.type == "cpu":            # a GPU result is not kept (nor its memory)
-                    _TRANSFORMED[key] = hit
-                    if len(_TRANSFORMED) > 4096:
-                        _TRANSFORMED.pop(next(iter(_TRANSFORMED)))
-            cache[name] = None if hit[2] is None else (hit[2], hit[3], True)
-    return cache[name]
+    """`CheckContext.expected_kernel` (the trainer's codes and scale through the engine's declared transform)."""
+    return ctx.expected_kernel(name)
 
 
 def _layout_params(ctx: CheckContext) -> dict[str, tuple]:
@@ -106,8 +74,6 @@ def _layout_params(ctx: CheckContext) -> dict[str, tuple]:
             for n, shp in cfg.layout.vllm_param_shapes(r).items()}
 
 
-# memo of the declared transform by tensor identity (the entry keeps its inputs alive, so ids stay unique)
-_TRANSFORMED: dict = {}
 # what the declared transform changes in the trainer's values (S3), by the identity of the tensors it reads
 _TRANSFORM_DIFF = IdentityMemo(0)
 
@@ -152,8 +118,14 @@ def s1_coverage(ctx: CheckContext):
     if rec.poisoned:
         from harness.formats.bytes import sentinel_flags
         names = list(ctx.rollout.names())
-        flagged = sentinel_flags(ctx.rollout[k] for k in names)      # one screen, then detail where it hit
-        for k in (k for k, hit in zip(names, flagged) if hit):
+        # a parameter the capture's digests proved holds the expected bytes, screened in the digests' own pass
+        proof = ctx.rollout.proof
+        proven = set(proof.matched) if proof is not None else set()
+        read = [k for k in names if k not in proven]
+        hits = dict(zip(read, sentinel_flags(ctx.rollout[k] for k in read)))    # one screen, then detail
+        if proof is not None:
+            hits.update((k, True) for k in proof.sentinel)
+        for k in (k for k in names if hits.get(k)):
             t = ctx.rollout[k]
             first, count = _sentinels(t)
             if count:
@@ -423,8 +395,9 @@ def s4_layout(ctx: CheckContext):
     for k in ctx.rollout.names():
         rank, n = split_rank_name(k)
         want = cfg.layout.vllm_param_shapes(rank).get(n) if rank < cfg.rollout.tp_size else None
-        if want is not None and tuple(ctx.rollout[k].shape) != tuple(want):
-            out.append(fail("S4", k, f"engine parameter shape {list(ctx.rollout[k].shape)}, layout expects "
+        shape = ctx.rollout.describe(k)[0]
+        if want is not None and tuple(shape) != tuple(want):
+            out.append(fail("S4", k, f"engine parameter shape {list(shape)}, layout expects "
                                      f"{list(want)}", stage="engine"))
     # values in checkpoint coordinates: identical bits are identical values (screened at once, no dequantization);
     # the others are dequantized and compared
@@ -526,7 +499,7 @@ def s5_dtypes(ctx: CheckContext):
             exp = _dtype(str(cfg.engine_recipe.scale_dtype)) if weight_of_scale(n) in fp8_params else None
         else:
             exp = _dtype(str(cfg.engine_recipe.fp8_dtype)) if n in fp8_params else "bfloat16"
-        got = _dtype(str(ctx.rollout[k].dtype))
+        got = _dtype(str(ctx.rollout.describe(k)[1]))
         if exp is None:
             out.append(fail("S5", k, "engine holds a scale for a tensor declared high precision", stage="engine",
                             actual=got))

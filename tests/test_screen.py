@@ -83,15 +83,22 @@ def test_dequantize_in_place_leaves_its_input_alone():
 
 def test_rollout_in_checkpoint_coordinates_holds_no_copy_at_tp1():
     """At TP 1 every checkpoint tensor the engine holds whole (o_proj and down_proj too, whose row-parallel pieces
-    name their columns) is a view of the engine's parameter: the checks keep `rollout_hf` for the whole catalog."""
+    name their columns) is a view of the engine's parameter: the checks keep `rollout_hf` for the whole catalog.
+    After a digest-first capture that proved every parameter it is the trainer's own tensor: nothing built."""
     from harness.config import recommended_config
-    from harness.sync.capture import DigestFirst
+    from harness.sync.capture import DigestFirst, FullRead
     from harness.sync.pipeline import reference_sync
-    res, *_ = reference_sync(recommended_config("tiny-dense", "blockwise-fp32"), capture=DigestFirst(), checks=False)
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    res, *_ = reference_sync(cfg, capture=FullRead(), checks=False)
     held = {t.untyped_storage().data_ptr() for t in res.rollout.tensors.values()}
     rhf = res.context().rollout_hf
     assert any(".o_proj." in n for n in rhf) and any(".down_proj." in n for n in rhf)
     assert [n for n, t in rhf.items() if t.untyped_storage().data_ptr() not in held] == []
+    res, *_ = reference_sync(cfg, capture=DigestFirst(), checks=False)
+    ctx = res.context()
+    assert set(res.rollout.proof.matched) == set(res.rollout.names())
+    assert ctx.proven_hf == set(ctx.rollout_hf) and len(ctx.rollout_hf) == len(rhf)
+    assert [n for n, t in ctx.rollout_hf.items() if t is not res.trainer[n]] == []
 
 
 # faults S2 / S3 / S4 / C1 catch (codes, scales, layout, recipe) and a clean run: their findings through the GPU's

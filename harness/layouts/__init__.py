@@ -182,13 +182,25 @@ class LayoutMap:
             replace(p, dst=rank_name(p.dst, r, self.tp)) for r in range(self.tp)
             for p in (self.vllm_load_pieces(r) if with_scales else self.vllm[r])])
 
-    def vllm_to_hf(self, params, with_scales: bool = True, errors: dict[str, str] | None = None
-                   ) -> dict[str, torch.Tensor]:
+    def vllm_to_hf(self, params, with_scales: bool = True, errors: dict[str, str] | None = None,
+                   skip=frozenset()) -> dict[str, torch.Tensor]:
         """Undo fusion and TP narrowing: rollout parameters (keys per `rank_name`) back to HF checkpoint
         coordinates. The one inverse the checks, the reference forward and the tests share; `errors` as in
-        `disassemble` (strict without it)."""
+        `disassemble` (strict without it); `skip`: sources not to recover (nor their destinations to read)."""
         shapes = {**self.hf_shapes, **self.engine_hf_scale_shapes()} if with_scales else self.hf_shapes
-        return disassemble(self.rollout_pieces(with_scales), params, shapes, errors)
+        pieces = self.rollout_pieces(with_scales)
+        if skip:
+            pieces = [p for p in pieces if p.src not in skip]
+        return disassemble(pieces, params, shapes, errors)
+
+    def rollout_destinations(self) -> dict[str, frozenset]:
+        """HF name (weights and scales) -> the rank-named engine parameters its pieces land in."""
+        def make():
+            out: dict = {}
+            for p in self.rollout_pieces():
+                out.setdefault(p.src, set()).add(p.dst)
+            return [(k, frozenset(v)) for k, v in out.items()]
+        return dict(self._memo(("destinations",), make))
 
     def ranks_to_params(self, ranks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """Per-rank parameter dicts -> one dict keyed per `rank_name`."""

@@ -16,6 +16,12 @@ class Snapshot:
     role: str                                   # trainer | rollout | payload | master
     tensors: Mapping[str, torch.Tensor]
     meta: object = None
+    # name -> (shape, dtype) of tensors held lazily (a digest-first capture's proven parameters): what `describe`
+    # answers without making them
+    specs: Mapping[str, tuple] | None = None
+    # harness.record.DigestProof: the parameters a digest-first capture proved hold what a correct sync leaves
+    # there (the checks compare those as the trainer's own tensors); this snapshot's alone, never written to disk
+    proof: object = None
 
     def __contains__(self, name: str) -> bool:
         return name in self.tensors
@@ -28,3 +34,10 @@ class Snapshot:
 
     def names(self) -> list[str]:
         return list(self.tensors.keys())
+
+    def describe(self, name: str) -> tuple[tuple, object]:
+        """(shape, dtype) of one tensor, without making it where the snapshot knows them."""
+        if self.specs is not None and name in self.specs:
+            return self.specs[name]
+        t = self.tensors[name]
+        return tuple(t.shape), t.dtype

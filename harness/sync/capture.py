@@ -2,9 +2,13 @@
 
 * `FullRead`: every kernel tensor is read to the host (the CPU reference, snapshots written to disk).
 * `DigestFirst`: every engine parameter's streaming state digest (computed where it lives) is compared with the
-  digest of what it must hold (`expected_engine_state`: the trainer's bytes through the layout map and the
-  engine's *declared* post-load transform); only mismatching parameters move to the host, the others are
-  represented by their expected values (bit-identical by the digest). This is what live checks use.
+  digest of what it must hold (`ExpectedState`: the trainer's bytes through the layout map and the engine's
+  *declared* post-load transform, digested from the trainer's tensors where they lie, at their offsets in the
+  fused parameter, without building it); only mismatching parameters move to the host, the others are
+  represented by their expected values (bit-identical by the digest), made only where a check reads one. The
+  snapshot says which (`Snapshot.proof`): the checks then compare those in checkpoint coordinates as the
+  trainer's own tensors (`CheckContext.rollout_hf`), a comparison that reads nothing. This is what live checks
+  use.
 
 Both return the same thing (a rank-named tensor mapping for the rollout snapshot, and how many parameters were
 fetched), and both say which parameters a second install of the same payload changed (the idempotence probe).
@@ -14,10 +18,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..digest import state_digests
 from ..bitview import bits_equal
 from ..layouts import LayoutError
-from ..numerics.expected import expected_engine_state
+from ..lazy import LazyMap
+from ..numerics.expected import ExpectedState, expected_engine_state
+from ..record import DigestProof
 
 
 READ_BATCH_BYTES = 256 << 20     # kernel tensors read back per call when comparing after a re-sync
@@ -30,9 +35,8 @@ class Captured:
     params: int              # parameters the engine holds
     mismatching: list        # DigestFirst: parameters whose digest differed (first 20 kept by callers)
     seconds: dict = field(default_factory=dict)   # where the capture's time went (engine digests, expected, ...)
-    # what a correct sync leaves in the engine (rank names), as computed for the comparison; None where it was not
-    # (FullRead) or could not be: the checks then compute it themselves (P1's floor reads it: one copy per sync)
-    expected: dict | None = None
+    proof: DigestProof | None = None              # DigestFirst: the parameters its digests proved (Snapshot)
+    specs: dict | None = None                     # name -> (shape, dtype) of tensors held lazily (Snapshot.specs)
 
 
 class FullRead:
@@ -77,24 +81,27 @@ class DigestFirst:
         t0 = time.perf_counter()
         got = rollout.state_digests()
         t1 = time.perf_counter()
+        # what a correct sync leaves there, described from the trainer's tensors (digested where they lie, nothing
+        # built but a parameter the declared transform rewrites); one batch: on a GPU one host copy in all
         try:
-            held = expected_engine_state(config, trainer_hf, record.post_load)
+            expected = ExpectedState(config, trainer_hf, record.post_load)
+            want = expected.digests([k for k in got if k in expected], sentinels=record.poisoned)
         except (LayoutError, KeyError, ValueError, RuntimeError):
-            held = None             # the trainer's export does not fit the layout: read everything
-        expected = held if held is not None else {}
+            expected, want = {}, {}         # the layout itself cannot be built: read everything
+        mismatch = sorted(k for k in got if want.get(k, (None,))[0] != got[k])
         t2 = time.perf_counter()
-        # one batch: on a GPU the expected side's digests cost one host copy, not one per parameter
-        want = state_digests({k: expected[k] for k in got if k in expected})
-        mismatch = sorted(k for k in got if want.get(k) != got[k])
-        t3 = time.perf_counter()
         fetched = rollout.kernel_tensors(mismatch) if mismatch else {}
         # fetched tensors join the expected ones where those live (the trainer's GPU on the device path)
-        fetched = {k: (t.to(expected[k].device) if k in expected else t) for k, t in fetched.items()}
+        device = next((t.device for t in trainer_hf.values()), None)
+        fetched = {k: t.to(device) if device is not None else t for k, t in fetched.items()}
+        matched = [k for k in got if k not in mismatch]
         # a mismatching parameter with no bytes (left on the meta device) stays out; the record names it (S1)
-        tensors = {k: fetched[k] if k in mismatch else expected[k] for k in got if k not in mismatch or k in fetched}
-        seconds = {"engine_digests": t1 - t0, "expected_state": t2 - t1, "expected_digests": t3 - t2,
-                   "fetch": time.perf_counter() - t3}
-        return Captured(tensors, len(fetched), len(got), mismatch, seconds, held)
+        names = [k for k in got if k in fetched or k not in mismatch]
+        tensors = LazyMap(names, lambda k: fetched[k] if k in fetched else expected[k])
+        specs = {k: _spec(got[k]) for k in matched}
+        proof = DigestProof(matched, [k for k in matched if want[k][1]])
+        seconds = {"engine_digests": t1 - t0, "expected_digests": t2 - t1, "fetch": time.perf_counter() - t2}
+        return Captured(tensors, len(fetched), len(got), mismatch, seconds, proof=proof, specs=specs)
 
     def fingerprint(self, rollout) -> dict:
         return rollout.state_digests()
@@ -109,6 +116,13 @@ class DigestFirst:
     def changed(self, rollout, before: dict) -> list[str]:
         after = self.fingerprint(rollout)
         return sorted(n for n, v in before.items() if not self.same(v, after.get(n)))
+
+
+def _spec(digest: str) -> tuple[tuple, object]:
+    """(shape, dtype) a digest string names ("fx:bfloat16:4x8:..."): a proven parameter's, without building it."""
+    import torch
+    _, dtype, shape = digest.split(":")[:3]
+    return (() if shape == "scalar" else tuple(int(d) for d in shape.split("x"))), getattr(torch, dtype)
 
 
 CAPTURES = {"full-read": FullRead, "digest-first": DigestFirst}

@@ -80,12 +80,11 @@ class SyncResult:
     findings: list | None = None
     probes: dict | None = None           # the probe's metrics (learner vs sampler on the probe prompts)
     probe_run: object = None             # invariants.probes.ProbeRun: the log-probs P1 judges
-    expected_engine: dict | None = None  # the capture's expected engine state (DigestFirst), handed to the checks
 
     def context(self, probe_bounds=None):
         from invariants import CheckContext
         return CheckContext(self.config, self.payload, self.trainer, self.rollout, self.master, self.probe_run,
-                            probe_bounds, expected_engine=self.expected_engine)
+                            probe_bounds)
 
     @property
     def fired(self) -> list[str]:
@@ -191,6 +190,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     mem = _cuda_memory()
     t2 = time.perf_counter()
     record: EngineRecord = rollout.record()
+    record.poisoned = poison               # before the capture: a digest-first one screens for survivors (S1)
     got: Captured = capture.capture(config, rollout, trainer_hf, record)
     t["capture"] = time.perf_counter() - t2
     t.update({f"capture.{k}": v for k, v in got.seconds.items()})
@@ -205,16 +205,16 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         except Exception as e:  # noqa: BLE001
             record.resync = Resync(error=str(e))
         t["resync"] = time.perf_counter() - t5
-    record.version, record.errors, record.poisoned = version, errors, poison
+    record.version, record.errors = version, errors
     if mem is not None:                  # what capture (with the re-sync) added; the checks' own peak below
         import torch
         t["capture_extra_peak_bytes"] = int(torch.cuda.max_memory_allocated() - mem)
         mem_checks = _cuda_memory()       # probes, then checks, from here
     res = SyncResult(config, version, sent, received, report,
                      Snapshot("trainer", dict(trainer_hf), replace(trecord, fp8_param=config.trainer.fp8_param)),
-                     Snapshot("rollout", got.tensors, record), payload_snapshot(received, report),
+                     Snapshot("rollout", got.tensors, record, got.specs, got.proof), payload_snapshot(received, report),
                      Snapshot("master", master_hf) if master_hf is not None else None, errors,
-                     got.fetched, got.params, got.mismatching, expected_engine=got.expected)
+                     got.fetched, got.params, got.mismatching)
     if probes:
         from invariants.probes import ProbeRun
         t3 = time.perf_counter()

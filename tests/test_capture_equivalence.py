@@ -1,0 +1,75 @@
+"""A digest-first capture changes what the checks read, never what they find: for every fault in the registry (and
+a clean sync) on the reference engines, the catalog's findings -- verdicts, tensors, messages and evidence -- after
+a `DigestFirst` capture are those after a `FullRead` one. DigestFirst represents the parameters its digests prove
+by what a correct sync leaves there, made only where read, and the checks compare those in checkpoint coordinates
+as the trainer's own tensors (`CheckContext.rollout_hf`): this is what makes that shortcut safe to take."""
+import json
+
+import pytest
+
+from faults import FAULTS
+from harness.config import recommended_config
+from harness.errors import ConfigError
+from harness.engines.protocol import EngineError
+from harness.layouts import LayoutError
+from harness.sync.capture import DigestFirst, FullRead
+from harness.sync.pipeline import fault_config, reference_sync
+
+CELLS = [(None, "tiny-dense", "blockwise-fp32"), (None, "tiny-moe", "blockwise-pow2")] + [
+    (name, "tiny-dense", "blockwise-fp32") for name in sorted(FAULTS)] + [
+    (name, "tiny-moe", "blockwise-pow2") for name in sorted(FAULTS) if FAULTS[name].stage in ("payload", "engine")]
+
+
+def _findings(fault, model, recipe, capture):
+    base = recommended_config(model, recipe)
+    if fault is not None and not fault.applies(base):
+        return None
+    cfg = fault_config(base, fault)
+    steps = 2 if fault is not None and fault.stage == "serving" else 1
+    try:
+        res, _, _ = reference_sync(cfg, fault=fault, steps=steps, probes=True, capture=capture)
+    except (LookupError, LayoutError, EngineError, ConfigError) as e:
+        return f"{e.__class__.__name__}: {e}"
+    # as text: a NaN metric in the evidence is equal to itself there
+    return res, [json.dumps(f.to_json(), sort_keys=True, default=str) for f in res.findings]
+
+
+@pytest.mark.parametrize("name,model,recipe", CELLS, ids=[f"{n or 'clean'}-{m}-{r}" for n, m, r in CELLS])
+def test_digest_first_finds_what_a_full_read_finds(name, model, recipe):
+    fault = FAULTS[name] if name else None
+    full = _findings(fault, model, recipe, FullRead())
+    first = _findings(fault, model, recipe, DigestFirst())
+    if full is None or isinstance(full, str):
+        assert first == full
+        return
+    (_, want), (res, got) = full, first
+    assert got == want
+    proof = res.rollout.proof
+    assert proof is not None and set(proof.matched) | set(res.mismatching) == set(res.rollout.names()) | \
+        set(res.rollout.meta.unmaterialized) | set(res.mismatching)
+    if fault is None:                     # a clean sync proves every parameter: nothing is fetched
+        assert res.fetched == 0 and set(proof.matched) == set(res.rollout.names())
+
+
+def test_trainer_bytes_that_look_poisoned_are_reported_alike():
+    """An element of all 0xFF bytes in what the trainer sends (a NaN pattern) lands in the engine, which then looks
+    like a poisoned destination no sync wrote: a full read reports it under S1, and a digest-first capture, which
+    reads nothing, must too (its digests' pass screens the expected bytes for the pattern)."""
+    from types import SimpleNamespace
+
+    def apply(config, hf, ctx):
+        name = "model.layers.0.mlp.down_proj.weight"
+        t = hf[name].clone()
+        t.view(torch.uint8)[3, 5] = 0xFF
+        return {**hf, name: t}
+    import torch
+    fault = SimpleNamespace(name="ff_in_trainer", stage="trainer", params={}, apply=apply, knobs=None,
+                            setup=lambda c: c)
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    full, _, _ = reference_sync(cfg, fault=fault, capture=FullRead())
+    first, _, _ = reference_sync(cfg, fault=fault, capture=DigestFirst())
+    assert first.rollout.proof.sentinel == ["model.layers.0.mlp.down_proj.weight"]
+    s1 = [f for f in first.findings if f.invariant_id == "S1" and f.verdict == "fail"]
+    assert [f.tensor for f in s1] == ["model.layers.0.mlp.down_proj.weight"]
+    text = lambda fs: [json.dumps(f.to_json(), sort_keys=True, default=str) for f in fs]   # noqa: E731
+    assert text(first.findings) == text(full.findings)
