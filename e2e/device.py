@@ -23,7 +23,7 @@ def device_step(trainer) -> int:
 def device_sync(trainer, rollout_handle, rollout_name: str, config_data: dict, spec_data: dict, *,
                 fault: str | None = None, fault_params: dict | None = None, naive: bool = False,
                 direct: bool = False, probes: bool = False, probe_bounds: dict | None = None,
-                check_ids=None, prompts=None, resync: bool = True) -> dict:
+                check_ids=None, prompts=None, resync: bool = True, periodic: bool = True) -> dict:
     from faults import FAULTS
     if spec_data["name"] not in MODELS:
         register_model(ModelSpec.from_dict(spec_data))
@@ -32,8 +32,8 @@ def device_sync(trainer, rollout_handle, rollout_name: str, config_data: dict, s
     f = FAULTS[fault].with_params(**(fault_params or {})) if fault else None
     res = run_sync(fault_config(config, f), trainer, rollout, fault=f, capture=DigestFirst(),
                    previous=_STATE.get("previous"), naive=naive, direct=direct, probes=probes,
-                   probe_bounds=probe_bounds, check_ids=check_ids, prompts=prompts, resync=resync)
+                   probe_bounds=probe_bounds, check_ids=check_ids, prompts=prompts, resync=resync, periodic=periodic)
     return {"version": res.version, "findings": [x.to_json() for x in res.findings], "fetched": res.fetched,
             "params": res.params, "mismatching": res.mismatching[:20], "seconds": res.seconds,
-            "errors": res.errors, "probes": res.probes, "record": res.rollout.meta.to_json(),
+            "errors": res.errors, "probes": res.probes, "record": res.rollout.meta.to_json(), "deferred": res.deferred,
             "payload_bytes": sum(t.numel() * t.element_size() for t in res.sent.tensors.values())}

@@ -49,11 +49,18 @@ class LiveSession:
 
     def __init__(self, config: SyncConfig, *, trainer: str = "megatron", rollout: str = "vllm", ray: bool = True,
                  num_gpus: float = 0.1, trainer_kwargs: dict | None = None, rollout_kwargs: dict | None = None,
-                 trainer_engine=None, rollout_engine=None, device: bool = False):
+                 trainer_engine=None, rollout_engine=None, device: bool = False, checks_every: int = 1):
         """`trainer` / `rollout`: registered engine names, started behind the remote wrapper; or pass engines
         already running (`trainer_engine`, `rollout_engine`: anything with the protocol's methods), which the
         session then does not own. `device`: the device sync path (e2e.device): the pipeline runs in the
-        trainer's process and the weights travel GPU to GPU (both engines Ray actors on one GPU)."""
+        trainer's process and the weights travel GPU to GPU (both engines Ray actors on one GPU).
+        `checks_every`: checks left on for a whole run: every sync runs the catalog, and one sync in
+        `checks_every` (the first, then every `checks_every`-th clean one; a fault sync always) also what costs as
+        much as the sync itself (S7's re-sync, P1, C1: `run_sync(periodic=)`)."""
+        if checks_every < 1:
+            raise ValueError(f"checks_every must be >= 1, got {checks_every}")
+        self.checks_every = checks_every
+        self._clean_syncs = 0
         self.config = config
         self.device = device
         if device and not ray:
@@ -116,13 +123,13 @@ class LiveSession:
         self.version = self.trainer.optimizer_step()
         return self.version
 
-    def _device_sync(self, fault, naive, direct, probes, check_ids, resync=True):
+    def _device_sync(self, fault, naive, direct, probes, check_ids, resync=True, periodic=True):
         from invariants import Finding
         out = self.trainer.run_with_engine(
             "e2e.device:device_sync", self.rollout.handle, self.rollout.name, self.config.to_dict(),
             self.config.spec.to_dict(), fault=fault.name if fault else None, fault_params=fault.params if fault else None,
             naive=naive, direct=direct, probes=probes, probe_bounds=self.probe_bounds, check_ids=check_ids,
-            resync=resync)
+            resync=resync, periodic=periodic)
         out["findings"] = [Finding(**f) for f in out["findings"]]
         return out
 
@@ -137,21 +144,25 @@ class LiveSession:
         if fault is not None and not fault.live_injectable(self.config, self.rollout.knobs):
             raise LookupError(f"{fault.name}: not injectable into the running engines (needs other engines)")
         probes = probes or (fault is not None and "P1" in fault.declared)    # its catch reads the engines' outputs
+        periodic = fault is not None or self._clean_syncs % self.checks_every == 0
+        if fault is None:
+            self._clean_syncs += 1
         if self.device:
-            d = self._device_sync(fault, naive, direct, probes, check_ids, resync)
+            d = self._device_sync(fault, naive, direct, probes, check_ids, resync, periodic)
             out = SyncOutcome(label, d["version"], d["findings"], d["fetched"], d["params"], d["seconds"],
                               d["errors"][0] if d["errors"] else None, d["probes"])
-            out.extra.update(mismatching_params=d["mismatching"], payload_bytes=d["payload_bytes"], path="device")
+            out.extra.update(mismatching_params=d["mismatching"], payload_bytes=d["payload_bytes"], path="device",
+                             deferred=d["deferred"])
         else:
             cfg = fault_config(self.config, fault)
             res = run_sync(cfg, self.trainer, self.rollout, fault=fault, capture=DigestFirst(),
                            previous=self.previous_hf, naive=naive, direct=direct, probes=probes,
-                           probe_bounds=self.probe_bounds, check_ids=check_ids, resync=resync)
+                           probe_bounds=self.probe_bounds, check_ids=check_ids, resync=resync, periodic=periodic)
             if fault is None and not naive and not direct:
                 self.last_clean = res                  # what `write_snapshot` records (the engine holds this sync)
             out = SyncOutcome(label, res.version, res.findings, res.fetched, res.params, res.seconds,
                               res.errors[0] if res.errors else None, res.probes)
-            out.extra["mismatching_params"] = res.mismatching[:20]
+            out.extra.update(mismatching_params=res.mismatching[:20], deferred=res.deferred)
         p1 = next((f for f in out.findings if f.invariant_id == "P1"), None)
         if p1 is not None:
             out.extra["probe_bounds"] = p1.evidence.get("bounds")

@@ -48,9 +48,12 @@ class Generation:
 
 @dataclass
 class Resync:
-    """The idempotence probe: the same payload installed twice; `changed` names tensors whose bytes moved."""
+    """The idempotence probe: the same payload installed twice; `changed` names tensors whose bytes moved.
+    `deferred`: not measured on this sync by the caller's schedule (it costs one more install; the periodic syncs
+    measure it)."""
     changed: list[str] = field(default_factory=list)
     error: str | None = None
+    deferred: bool = False
 
 
 @dataclass

@@ -183,6 +183,9 @@ class Invariant:
     severity: str = "error"             # error | warning: how pre-flight reports a failing job rule
     applies: Callable | None = None     # config -> bool: the condition exists in this configuration at all
     backstop: str = ""                  # never the only check that fires: the fault where it fires beside others
+    # costs what the sync costs (a reference forward, a requantization of every master): run on the syncs a
+    # caller's schedule marks periodic (`run_catalog(periodic=False)` leaves it out, `LiveSession(checks_every=)`)
+    periodic: bool = False
 
     @property
     def scope(self) -> str:
@@ -200,14 +203,14 @@ REGISTRY: dict[str, Invariant] = {}
 
 def invariant(id: str, family: str, title: str, condition: str, needs: tuple[str, ...] = (), live: bool = True,
               source: str = "", why: str = "", severity: str = "error", applies: Callable | None = None,
-              backstop: str = ""):
+              backstop: str = "", periodic: bool = False):
     def deco(fn):
         if id in REGISTRY:
             raise ValueError(f"invariant id {id} registered twice")
         if severity not in ("error", "warning"):
             raise ValueError(f"invariant {id}: severity must be error or warning")
         REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live, source, why, severity, applies,
-                                 backstop)
+                                 backstop, periodic)
         return fn
     return deco
 
@@ -239,11 +242,15 @@ def run_invariant(inv: Invariant, ctx: CheckContext) -> list[Finding]:
 
 
 def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: Iterable[str] | None = None,
-                static_only: bool = False, force: bool = True, timings: dict | None = None) -> list[Finding]:
+                static_only: bool = False, force: bool = True, timings: dict | None = None,
+                periodic: bool = True) -> list[Finding]:
     """Run the selected invariants. `static_only`: only the rules over the config and the job (no snapshots).
-    `timings`: filled with each invariant's seconds (where a catalog's time goes). Job rules run when the context carries a job (preflight); elsewhere there is no job config to judge.
+    `timings`: filled with each invariant's seconds (where a catalog's time goes). Job rules run when the context
+    carries a job (preflight); elsewhere there is no job config to judge.
     `force`: ids named in `ids` run even where their condition does not exist in this configuration (a user asked
-    for them); False makes `ids` a selection only (a caller's default set)."""
+    for them); False makes `ids` a selection only (a caller's default set).
+    `periodic=False`: this sync is not one of a schedule's periodic ones: the invariants that cost what a sync
+    costs (`Invariant.periodic`) are left out, unless named in `ids` with `force`."""
     ids = list(ids) if ids is not None else None
     fams = set(families) if families is not None else None
     out = []
@@ -257,6 +264,8 @@ def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: I
             continue
         if inv.applies is not None and not inv.applies(ctx.config) and not explicit:
             continue                    # the condition does not exist in this configuration
+        if inv.periodic and not periodic and not explicit:
+            continue
         if ids is not None and inv.id not in ids:
             continue
         if fams is not None and inv.family not in fams:

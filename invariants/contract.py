@@ -26,7 +26,8 @@ def _arch_major(arch: str) -> int | None:
                   "compute_scale_from_amax)",
            why="The trainer's FP8 bytes are the reference every sync check compares against; if they are not the "
                "declared recipe applied to the weights, the config describes another trainer. Fix the scale-format / "
-               "epsilon settings the trainer runs with.")
+               "epsilon settings the trainer runs with.",
+           periodic=True)       # quantizes every master weight again: a pass over twice the payload's bytes
 def c1_recipe(ctx: CheckContext):
     import torch
     cfg, out, n = ctx.config, [], 0

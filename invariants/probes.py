@@ -272,7 +272,8 @@ def _not_finite(d: dict) -> list[str]:
            needs=("trainer", "rollout"), source="fp8check's own",
            why="a policy the byte checks cannot see -- the sampler's logits scaled by a temperature, an engine "
                "numeric the config does not declare -- shows only in what the engine computes; P1 is the backstop "
-               "behind the S and C families, never the only line of defence")
+               "behind the S and C families, never the only line of defence",
+           periodic=True)       # two reference forwards of the whole model (and the engines' own probe, live)
 def p1_probe(ctx: CheckContext):
     run: ProbeRun | None = ctx.probes
     prompts = run.prompts if run is not None else prompts_for(ctx.config.spec.vocab_size)

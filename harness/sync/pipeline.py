@@ -80,6 +80,7 @@ class SyncResult:
     findings: list | None = None
     probes: dict | None = None           # the probe's metrics (learner vs sampler on the probe prompts)
     probe_run: object = None             # invariants.probes.ProbeRun: the log-probs P1 judges
+    deferred: list = field(default_factory=list)    # left to a schedule's periodic syncs (`periodic=False`)
 
     def context(self, probe_bounds=None):
         from invariants import CheckContext
@@ -134,14 +135,17 @@ def install_items(received: Payload) -> list:
 def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, previous: dict | None = None,
              poison: bool = True, resync: bool = True, naive: bool = False, direct: bool = False,
              master: bool = True, checks: bool = True, check_ids=None, probes: bool = False, probe_bounds=None,
-             prompts=None) -> SyncResult:
+             prompts=None, periodic: bool = True) -> SyncResult:
     """One sync of the trainer's current weights into `rollout`, then the catalog.
 
     `config`: as `fault_config` returned it (the engines were built from it). `previous`: the trainer's export
     before its last step, or a callable that makes it (faults that mix versions draw from it). `naive`: the
     failure mode the tool exists for (the FP8 forward weight dequantized to BF16 and quantized again by the
     engine). `direct`: install through
-    the model's own load_weights. `capture`: FullRead (default) or DigestFirst."""
+    the model's own load_weights. `capture`: FullRead (default) or DigestFirst. `periodic=False`: a schedule's
+    cheap sync (checks left on for every sync of a run): what costs as much as the sync itself -- S7's re-sync, the
+    periodic invariants (P1's forwards, C1's requantization) -- is left to the periodic syncs and named in
+    `SyncResult.deferred`."""
     if fault is not None and fault.stage not in STAGES:
         raise ValueError(f"fault {fault.name}: unknown stage {fault.stage!r}")
     capture = capture or FullRead()
@@ -194,7 +198,9 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     got: Captured = capture.capture(config, rollout, trainer_hf, record)
     t["capture"] = time.perf_counter() - t2
     t.update({f"capture.{k}": v for k, v in got.seconds.items()})
-    if resync and not errors:
+    if not periodic:
+        record.resync = Resync(deferred=True)
+    elif resync and not errors:
         # idempotence (S7): installing the same payload again must leave every kernel tensor unchanged; one more
         # install, by definition as dear as one (timed apart)
         t5 = time.perf_counter()
@@ -215,7 +221,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
                      Snapshot("rollout", got.tensors, record, got.specs, got.proof), payload_snapshot(received, report),
                      Snapshot("master", master_hf) if master_hf is not None else None, errors,
                      got.fetched, got.params, got.mismatching)
-    if probes:
+    if probes and periodic:               # the engines' probe feeds P1 alone, a periodic invariant
         from invariants.probes import ProbeRun
         t3 = time.perf_counter()
         try:
@@ -230,7 +236,10 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         from invariants import run_catalog
         t4 = time.perf_counter()
         by_id: dict = {}
-        res.findings = run_catalog(res.context(probe_bounds), ids=check_ids, timings=by_id)
+        res.findings = run_catalog(res.context(probe_bounds), ids=check_ids, timings=by_id, periodic=periodic)
+        if not periodic:
+            from invariants import REGISTRY
+            res.deferred = ["S7:idempotence"] + [i for i, inv in REGISTRY.items() if inv.periodic and i not in by_id]
         t["checks"] = time.perf_counter() - t4
         t.update({f"check.{k}": v for k, v in by_id.items()})
     if mem is not None and checks:
