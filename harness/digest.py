@@ -31,6 +31,7 @@ pieces a layout map would copy into it) without building it.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -72,8 +73,9 @@ def _fmix32_(h: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
     return h
 
 
+@functools.lru_cache(maxsize=64)
 def _block_multipliers(k0: int, nb: int) -> torch.Tensor:
-    """Q_j[k] for k in [k0, k0 + nb), int64 [4, nb] (host; a few hundred blocks per chunk)."""
+    """Q_j[k] for k in [k0, k0 + nb), int64 [4, nb] (host; the first chunks' are kept: most tensors are small)."""
     return torch.tensor([[of_block(k, j) for k in range(k0, k0 + nb)] for j in range(4)], dtype=torch.int64)
 
 
@@ -87,8 +89,7 @@ def lane_sums(t: torch.Tensor, base_word: int = 0) -> tuple[int, int, int, int]:
     sums = [0, 0, 0, 0]
     if nbytes == 0:
         return tuple(sums)
-    n_all = -(-nbytes // 4)
-    size = min(CHUNK_WORDS, -(-n_all // BLOCK_WORDS) * BLOCK_WORDS)
+    size = min(CHUNK_WORDS, -(-nbytes // 4))
     words = torch.empty(size, dtype=torch.int32, device=b.device)     # per call: no buffer shared across threads
     tmp = torch.empty(size, dtype=torch.int32, device=b.device)
     p = block_table(b.device)
@@ -97,19 +98,25 @@ def lane_sums(t: torch.Tensor, base_word: int = 0) -> tuple[int, int, int, int]:
         seg = b[s:s + step]
         nb_ = seg.numel()
         n = -(-nb_ // 4)
-        blocks = -(-n // BLOCK_WORDS)
-        w = words[:blocks * BLOCK_WORDS]
-        w[n - 1:].zero_()                                # zero padding: the last word's bytes and the block's tail
+        w = words[:n]
         if nb_ % 4 == 0 and seg.storage_offset() % 4 == 0:
-            w[:n].copy_(seg.view(torch.int32))           # the caller's tensor is never modified
-        else:
+            w.copy_(seg.view(torch.int32))               # the caller's tensor is never modified
+        else:                                            # unaligned bytes or a zero-padded last word
+            w[-1] = 0
             w.view(torch.uint8)[:nb_].copy_(seg)
-        _fmix32_(w, tmp[:w.numel()])
-        # per lane, each block's sum: an int32 matrix-vector product wraps mod 2^32
-        per_block = torch.stack([torch.mv(w.view(blocks, BLOCK_WORDS), p[j].to(w.device)) for j in range(4)])
-        q = _block_multipliers(base_word // BLOCK_WORDS + s // (4 * BLOCK_WORDS), blocks)
+        _fmix32_(w, tmp[:n])
+        # per lane, each block's sum (the last block's words meet the first positions of P): an int32
+        # matrix-vector product wraps mod 2^32
+        full, rest = divmod(n, BLOCK_WORDS)
+        cols = [torch.mv(w[:full * BLOCK_WORDS].view(full, BLOCK_WORDS), p[j]) for j in range(4)] if full else None
+        if rest:
+            tail = torch.mv(p[:, :rest], w[full * BLOCK_WORDS:])
+            blocks = torch.cat([torch.stack(cols), tail[:, None]], dim=1) if full else tail[:, None]
+        else:
+            blocks = torch.stack(cols)
+        q = _block_multipliers(base_word // BLOCK_WORDS + s // (4 * BLOCK_WORDS), blocks.shape[1])
         # int64 products wrap mod 2^64, whose low 32 bits are the product mod 2^32
-        part = ((per_block.cpu().to(torch.int64) & MASK32) * q).sum(dim=1).tolist()
+        part = ((blocks.cpu().to(torch.int64) & MASK32) * q).sum(dim=1).tolist()
         sums = [a + v for a, v in zip(sums, part)]
     return tuple(v & MASK32 for v in sums)
 

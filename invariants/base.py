@@ -137,6 +137,25 @@ class CheckContext:
         return frozenset(n for n, dsts in self.config.layout.rollout_destinations().items() if dsts <= matched)
 
     @cached_property
+    def wire_verified(self) -> frozenset:
+        """Wire tensors the sync's own digests show equal to the trainer's, without reading them: the receiver
+        found the bytes it got to have the manifest's digest (not in `digest_mismatch`), and the manifest's digest
+        is the digest of the trainer's tensor (the sender's, memoized by identity: free where the wire carries the
+        trainer's own tensor). A comparison of those in a check would read both sides for the same answer."""
+        from collections import Counter
+        from harness.sync.payload import sender_digests
+        meta = self.payload.meta if self.payload is not None else None
+        rcv = getattr(meta, "receive", None)
+        if rcv is None or self.trainer is None:
+            return frozenset()
+        counts = Counter(r.name for r in meta.records)
+        bad = set(rcv.digest_mismatch)
+        recs = [r for r in meta.records if counts[r.name] == 1 and r.name not in bad and r.name in self.payload
+                and r.name in self.trainer]
+        digests = sender_digests([self.trainer[r.name] for r in recs])
+        return frozenset(r.name for r, d in zip(recs, digests) if d == r.digest)
+
+    @cached_property
     def rollout_hf(self) -> dict:
         """Rollout tensors mapped back to checkpoint coordinates (fusion and TP narrowing undone). A source
         whose pieces are missing or misshapen in the rollout is left out and explained in `rollout_hf_errors`.

@@ -175,7 +175,7 @@ def s2_codes(ctx: CheckContext):
         if t is None:
             steps.append(unknown("S2", "trainer snapshot lacks this FP8 weight", tensor=n))
             continue
-        if ctx.payload is not None and ctx.config.fp8_on_wire and n in ctx.payload:
+        if ctx.payload is not None and ctx.config.fp8_on_wire and n in ctx.payload and n not in ctx.wire_verified:
             def wire_diff(out, n=n, t=t, w=ctx.payload[n]):
                 ev = bit_diff(t, w, _evidence(out))
                 return fail("S2", n, "codes on the wire differ from the trainer's", stage="wire", **ev) if ev else None
@@ -211,6 +211,78 @@ def s2_codes(ctx: CheckContext):
 
 
 # -- S3 -----------------------------------------------------------------------------------------------------------
+class _ScaleEncodings:
+    """S3's encoding screens (non-positive or non-finite, not a power of two, the E8M0 NaN byte) over every trainer
+    and wire scale of a sync at once: the scale grids (small: 1/16384 of the codes) read as one concatenation per
+    device and the element masks reduced per tensor, a few launches in all instead of five per tensor. Flags as
+    `harness.bitview.flag` gives them (bools on the CPU, 0-d tensors on a GPU for the screen's one host copy)."""
+
+    def __init__(self, ctx: CheckContext, recipe):
+        from harness.formats import E8M0
+        self.e8m0 = recipe.scale_format == "e8m0"
+        wire = ctx.payload if ctx.payload is not None and ctx.config.fp8_on_wire else None
+        tensors = []
+        for n in _fp8_names(ctx):
+            for snap in (ctx.trainer, wire):
+                s = snap.get(scale_name(n)) if snap is not None else None
+                if s is not None and (not self.e8m0 or s.dtype == E8M0):
+                    tensors.append(s)
+        self._flags = _segment_flags(tensors, self._masks)
+        self._index = {id(t): i for i, t in enumerate(tensors)}
+
+    def _masks(self, flat):
+        import torch
+        from harness.formats import is_pow2
+        if self.e8m0:
+            return [flat.view(torch.uint8) == 0xFF]
+        v = flat.float()
+        return [~(torch.isfinite(v) & (v > 0)), ~is_pow2(v)]
+
+    def _get(self, s, k):
+        return self._flags[k][self._index[id(s)]]
+
+    def e8m0_nan(self, s):
+        return self._get(s, 0)
+
+    def non_positive(self, s):
+        return self._get(s, 0)
+
+    def not_pow2(self, s):
+        """Judged only where every scale of the tensor is finite and positive (else `non_positive` says why)."""
+        return self._get(s, 1)
+
+
+def _segment_flags(tensors: list, masks) -> list[list]:
+    """For each element mask `masks(flat)` gives (a list of them over one concatenation of `tensors`), whether any
+    element of each tensor is set: [[flag per tensor] per mask]; the second mask only where the first is clear
+    (the flags of a tensor: `any(m0)`, `any(m1) and not any(m0)`, ...). One concatenation, one reduction per
+    mask, per device."""
+    import torch
+    from harness.bitview import DEFER_ON_CPU
+    out: list | None = None
+    by_device: dict = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t.device, []).append(i)
+    for dev, ix in by_device.items():
+        parts = [tensors[i].reshape(-1) for i in ix]
+        dtypes = {p.dtype for p in parts}
+        flat = torch.cat(parts) if len(dtypes) == 1 else torch.cat([p.float() for p in parts])
+        sizes = torch.tensor([p.numel() for p in parts], device=dev)
+        seg = torch.repeat_interleave(torch.arange(len(ix), device=dev), sizes, output_size=flat.numel())
+        hits, seen = [], None
+        for m in masks(flat):
+            h = torch.zeros(len(ix), dtype=torch.int32, device=dev).index_add_(0, seg, m.to(torch.int32)) > 0
+            hits.append(h if seen is None else h & ~seen)
+            seen = h if seen is None else seen | h
+        rows = [h.tolist() if dev.type == "cpu" and not DEFER_ON_CPU else list(h.unbind()) for h in hits]
+        if out is None:
+            out = [[False] * len(tensors) for _ in rows]
+        for k, row in enumerate(rows):
+            for i, v in zip(ix, row):
+                out[k][i] = v
+    return out if out is not None else [[False] * len(tensors)] * 3
+
+
 def _scale_values(t: torch.Tensor) -> torch.Tensor:
     from harness.formats import E8M0
     if t.dtype == E8M0:
@@ -252,6 +324,7 @@ def s3_scales(ctx: CheckContext):
     out, n_checked, steps = [], 0, []
     recipe = ctx.config.recipe
     rhf = ctx.rollout_hf
+    encodings = _ScaleEncodings(ctx, recipe)
     for n in _fp8_names(ctx):
         sn = scale_name(n)
         t = ctx.trainer.get(sn)
@@ -266,24 +339,24 @@ def s3_scales(ctx: CheckContext):
                 if s.dtype != E8M0:
                     steps.append(fail("S3", sn, f"{stage}: E8M0 scales declared, got {s.dtype}", stage=stage))
                 else:
-                    steps.append((flag((s.view(torch.uint8) == 0xFF).any()), lambda out, sn=sn, stage=stage: fail(
+                    steps.append((encodings.e8m0_nan(s), lambda out, sn=sn, stage=stage: fail(
                         "S3", sn, f"{stage}: E8M0 NaN byte 0xFF in scales", stage=stage)))
                 continue
-            v = s.float()
-            bad = ~(torch.isfinite(v) & (v > 0))
-            bad_any = bad.any()
 
-            def non_positive(out, sn=sn, stage=stage, v=v, bad=bad):
+            def non_positive(out, sn=sn, stage=stage, s=s):
+                v = s.float()
+                bad = ~(torch.isfinite(v) & (v > 0))
                 return fail("S3", sn, f"{stage}: non-positive or non-finite scale_inv", stage=stage,
                             index=[int(i) for i in bad.nonzero()[0]], value=float(v[bad][0]))
-            steps.append((flag(bad_any), non_positive))
+            steps.append((encodings.non_positive(s), non_positive))
             if recipe.scale_format == "pow2":
-                def not_pow2(out, sn=sn, stage=stage, v=v):
+                def not_pow2(out, sn=sn, stage=stage, s=s):
+                    v = s.float()
                     i = (~is_pow2(v)).nonzero()[0]
                     return fail("S3", sn, f"{stage}: power-of-two scales declared, log2 not integral", stage=stage,
                                 index=[int(x) for x in i], value=float(v[tuple(i)]))
                 # judged only where every scale is finite and positive (the finding above says what is wrong)
-                steps.append((flag((~is_pow2(v)).any() & ~bad_any), not_pow2))
+                steps.append((encodings.not_pow2(s), not_pow2))
         # TE's rule for the learner's bytes; an engine quantizing online follows vLLM's (amax floored at 1e-4)
         if recipe.granularity == "block" and recipe.amax_epsilon == 0 and ctx.trainer.get(n) is not None \
                 and ctx.config.rollout.quantization == "checkpoint":
@@ -332,7 +405,7 @@ def s3_scales(ctx: CheckContext):
                 return fail("S3", sn, why or "scale bits the sampler reads differ from the trainer's",
                             stage="engine", **_where(ctx, sn, ev))
         steps.append((differs(e_scale, r), engine_diff))
-        if ctx.payload is not None and ctx.config.fp8_on_wire and sn in ctx.payload:
+        if ctx.payload is not None and ctx.config.fp8_on_wire and sn in ctx.payload and sn not in ctx.wire_verified:
             def wire_diff(out, sn=sn, t=t, w=ctx.payload[sn]):
                 ev = bit_diff(t, w, _evidence(out))
                 if ev:

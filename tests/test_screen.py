@@ -139,3 +139,28 @@ def test_a_non_finite_pow2_scale_is_one_finding_not_two():
     s3 = [f.message for f in cell.findings if f.invariant_id == "S3"]
     assert any("non-positive or non-finite" in m for m in s3), s3
     assert not any("log2 not integral" in m for m in s3), s3
+
+
+def test_segment_flags_per_tensor_and_the_second_only_where_the_first_is_clear():
+    """S3's encoding screens over one concatenation: each tensor's flags are its own (a NaN in one scale grid says
+    nothing of its neighbours), mixed dtypes are read as values, and 'not a power of two' is judged only where every
+    scale is finite and positive."""
+    import torch
+    from harness.bitview import resolve
+    from harness.formats import is_pow2
+    from invariants.sync import _segment_flags
+    ts = [torch.tensor([0.5, 2.0]), torch.tensor([0.5, float("nan"), 3.0]), torch.tensor([3.0]),
+          torch.tensor([1.0, 1.5]).bfloat16(), torch.zeros(0), torch.tensor([[0.25, -1.0]])]
+
+    def masks(flat):
+        v = flat.float()
+        return [~(torch.isfinite(v) & (v > 0)), ~is_pow2(v)]
+    for defer in (False, True):
+        import harness.bitview as bv
+        old, bv.DEFER_ON_CPU = bv.DEFER_ON_CPU, defer
+        try:
+            bad, not_pow2 = (resolve(f) for f in _segment_flags(ts, masks))
+        finally:
+            bv.DEFER_ON_CPU = old
+        assert bad == [False, True, False, False, False, True]
+        assert not_pow2 == [False, False, True, True, False, False]

@@ -80,6 +80,31 @@ def sender_digest(t: torch.Tensor) -> str:
     return hit[1]
 
 
+def sender_digests(tensors: list) -> list[str]:
+    """`sender_digest` of each tensor, the memo's misses on one device digested in one batch (a GPU payload's
+    digests cost one host copy, not one per tensor)."""
+    out: list = [None] * len(tensors)
+    misses: dict = {}
+    for i, t in enumerate(tensors):
+        hit = _DIGESTS.get(id(t))
+        if hit is not None and hit[0]() is t:
+            out[i] = hit[1]
+        elif t.device.type == "cpu":
+            out[i] = sender_digest(t)
+        else:
+            misses.setdefault(t.device, []).append(i)
+    if misses:
+        from ..digest import state_digests
+        for ix in misses.values():
+            got = state_digests({i: tensors[i] for i in ix})
+            for i in ix:
+                _DIGESTS[id(tensors[i])] = (weakref.ref(tensors[i]), got[i])
+                out[i] = got[i]
+        while len(_DIGESTS) > 8192:
+            _DIGESTS.pop(next(iter(_DIGESTS)))
+    return out
+
+
 @dataclass(frozen=True)
 class TensorRecord:
     name: str
@@ -104,8 +129,10 @@ class TensorRecord:
             raise PayloadError(f"manifest record {d!r:.80}: {e}") from None
 
 
-def record_for(name: str, role: str, t: torch.Tensor, version: int, block_shape=None) -> TensorRecord:
-    return TensorRecord(name, role, dtype_name(t.dtype), tuple(t.shape), block_shape, version, sender_digest(t))
+def record_for(name: str, role: str, t: torch.Tensor, version: int, block_shape=None, digest: str | None = None
+               ) -> TensorRecord:
+    return TensorRecord(name, role, dtype_name(t.dtype), tuple(t.shape), block_shape, version,
+                        digest if digest is not None else sender_digest(t))
 
 
 @dataclass
@@ -145,10 +172,10 @@ def build_payload(config: SyncConfig, trainer_hf: dict[str, torch.Tensor], versi
     masters cast to BF16 (`master_hf`; a BF16 learner's export is that already).
     """
     recipe = config.trainer_recipe
-    recs, tensors = [], {}
+    entries, tensors = [], {}
 
     def add(name, role, t, block=None):
-        recs.append(record_for(name, role, t, version, block))
+        entries.append((name, role, t, block))
         tensors[name] = t
 
     for spec in config.spec.tensors():
@@ -168,7 +195,9 @@ def build_payload(config: SyncConfig, trainer_hf: dict[str, torch.Tensor], versi
     for n in config.kv_scale_names:             # the job's calibrated KV-cache scales, fp32 scalars
         if n in trainer_hf:
             add(n, ROLE_KV, trainer_hf[n].float())
-    return Payload(recs, tensors, version)
+    digests = sender_digests([t for _, _, t, _ in entries])
+    return Payload([record_for(n, role, t, version, block, d) for (n, role, t, block), d in zip(entries, digests)],
+                   tensors, version)
 
 
 def payload_from_items(config: SyncConfig, items, version: int) -> Payload:

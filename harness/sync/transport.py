@@ -114,18 +114,32 @@ def pack(payload: Payload, bucket_bytes: int) -> list[Bucket]:
     return out
 
 
-def _digest_ok(name: str, t: torch.Tensor, raw: torch.Tensor, digest: str, sent) -> bool:
-    """Do the received bytes have the manifest's digest? Where the sender's tensor of that name is at hand (the
+def _digests_ok(received: list, sent) -> list[bool]:
+    """Do the received bytes have the manifest's digests? Where the sender's tensor of that name is at hand (the
     pipeline's in-process wire) and its bytes equal the received ones, the answer is whether the sender's digest --
     memoized by tensor identity, computed once per distinct tensor -- is the manifest's: the same boolean as
     hashing the received bytes again, for a byte compare (several times faster than a blake2b pass; compared in
-    64-bit words where the bytes allow, harness.bitview)."""
-    ref = sent.get(name) if sent is not None else None
-    if ref is not None and ref.dtype == t.dtype and tuple(ref.shape) == tuple(t.shape) and ref.device == t.device:
-        known = sender_digest(ref)
-        if known[:3] == digest[:3] and bytes_equal(ref, raw):
-            return known == digest
-    return digest_matches(t, digest)
+    64-bit words where the bytes allow, harness.bitview). The others are digested: a device's in one batch."""
+    out: list = [None] * len(received)
+    rest: list = []
+    for i, (rec, t, raw) in enumerate(received):
+        ref = sent.get(rec.name) if sent is not None else None
+        if ref is not None and ref.dtype == t.dtype and tuple(ref.shape) == tuple(t.shape) and ref.device == t.device:
+            known = sender_digest(ref)
+            if known[:3] == rec.digest[:3] and bytes_equal(ref, raw):
+                out[i] = known == rec.digest
+                continue
+        rest.append(i)
+    on_device = [i for i in rest if received[i][2].device.type != "cpu" and received[i][0].digest.startswith("fx:")]
+    if on_device:
+        from ..digest import state_digests
+        got = state_digests({i: received[i][1] for i in on_device})
+        for i in on_device:
+            out[i] = got[i] == received[i][0].digest
+    for i in rest:
+        if out[i] is None:
+            out[i] = digest_matches(received[i][1], received[i][0].digest)
+    return out
 
 
 def unpack(buckets: list, verify_digests: bool = True, sent: dict | None = None) -> tuple[Payload, ReceiveReport]:
@@ -135,6 +149,8 @@ def unpack(buckets: list, verify_digests: bool = True, sent: dict | None = None)
     rep = ReceiveReport()
     records: list[TensorRecord] = []
     tensors: dict[str, torch.Tensor] = {}
+    received: list = []                       # (record, tensor, raw bytes) decoded, in wire order
+    order: list = []                          # wire order: a name dropped while decoding, or an index of received
     version = -1
     for i, b in enumerate(buckets):
         rep.buckets += 1
@@ -163,7 +179,7 @@ def unpack(buckets: list, verify_digests: bool = True, sent: dict | None = None)
             raw = b.data[off:off + nbytes]
             if raw.numel() != nbytes:
                 rep.decode_errors.append(f"bucket {i}: {rec.name} truncated ({raw.numel()} of {nbytes} bytes)")
-                rep.dropped.append(rec.name)
+                order.append(rec.name)
                 continue
             try:
                 if nbytes and raw.storage_offset() % parse_dtype(rec.dtype).itemsize:
@@ -173,12 +189,21 @@ def unpack(buckets: list, verify_digests: bool = True, sent: dict | None = None)
             except (RuntimeError, PayloadError) as e:
                 rep.decode_errors.append(f"bucket {i}: {rec.name} does not decode as {rec.dtype} {list(rec.shape)} "
                                          f"({e.__class__.__name__})")
+                order.append(rec.name)
+                continue
+            order.append(len(received))
+            received.append((rec, t, raw))
+    # every received tensor's digest at once (on a GPU one batch, one host copy), then the verdicts in wire order
+    ok = _digests_ok(received, sent)
+    for k in order:
+        if isinstance(k, str):
+            rep.dropped.append(k)
+            continue
+        rec, t, _ = received[k]
+        if not ok[k]:
+            rep.digest_mismatch.append(rec.name)
+            if verify_digests:
                 rep.dropped.append(rec.name)
                 continue
-            if not _digest_ok(rec.name, t, raw, rec.digest, sent):
-                rep.digest_mismatch.append(rec.name)
-                if verify_digests:
-                    rep.dropped.append(rec.name)
-                    continue
-            tensors[rec.name] = t
+        tensors[rec.name] = t
     return Payload(records, tensors, version), rep
