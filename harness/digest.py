@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .digest_words import BLOCK_WORDS, KEYS, MASK32, fmix32_int, in_block, of_block  # noqa: F401 - re-exported
+from .digest_words import BLOCK_WORDS, KEYS, MASK32, block_table, fmix32_int, in_block, of_block  # noqa: F401
 from .formats.bytes import any_sentinel, as_bytes
 
 CHUNK_WORDS = 1 << 20          # CPU: words per pass (a multiple of BLOCK_WORDS): a few MiB whatever the tensor size
@@ -49,19 +49,6 @@ def _s32(v: int) -> int:
 
 
 _C1, _C2 = _s32(0x85EBCA6B), _s32(0xC2B2AE35)
-_TABLES: dict = {}
-
-
-def block_table(device) -> torch.Tensor:
-    """P as int32 [4, BLOCK_WORDS] on `device` (made once per device: 64 KiB)."""
-    key = str(device)
-    p = _TABLES.get(key)
-    if p is None:
-        p = _TABLES[key] = torch.tensor([[_s32(in_block(t, j)) for t in range(BLOCK_WORDS)] for j in range(4)],
-                                        dtype=torch.int32).to(device)
-    return p
-
-
 def _fmix32_(h: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
     """fmix32 in place on an int32 tensor (int32 multiply wraps mod 2^32; `>>` is arithmetic, so mask)."""
     for shift, mask, mult in ((16, 0xFFFF, _C1), (13, 0x7FFFF, _C2), (16, 0xFFFF, None)):

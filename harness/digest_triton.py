@@ -26,7 +26,7 @@ import contextlib
 
 import torch
 
-from .digest_words import BLOCK_WORDS, MASK32
+from .digest_words import BLOCK_WORDS, MASK32, block_table
 from .formats.bytes import as_bytes
 
 try:
@@ -176,7 +176,6 @@ def lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
     if not groups:
         return [], None if sentinel_sizes is None else []
     device = next((t.device for g in groups for t, _ in g), torch.device("cpu"))
-    from .digest import block_table
     p = block_table(device)
     launches, rows, sources = plan(groups, sentinel_sizes, p.data_ptr())
     zero = [(0, 0, 0, 0)] * len(groups), None if sentinel_sizes is None else [False] * len(groups)

@@ -252,6 +252,23 @@ class _ScaleEncodings:
         return self._get(s, 1)
 
 
+def _zero_block_flags(ctx: CheckContext, recipe) -> dict:
+    """FP8 weight -> whether some all-zero block of the trainer's codes has a scale_inv other than 1 (TE's rule),
+    for every weight the rule applies to, screened at once (`harness.formats.zero_blocks`: one launch on a GPU)."""
+    from harness.bitview import flag
+    from harness.formats.zero_blocks import zero_block_flags
+    if recipe.granularity != "block" or recipe.amax_epsilon != 0 or ctx.config.rollout.quantization != "checkpoint":
+        return {}
+    names = []
+    for n in _fp8_names(ctx):
+        codes, t = ctx.trainer.get(n), ctx.trainer.get(scale_name(n))
+        if codes is not None and t is not None and codes.dim() == 2 and codes.element_size() == 1 \
+                and tuple(t.shape) == recipe.scale_grid(codes.shape):
+            names.append(n)
+    flags = zero_block_flags([(ctx.trainer[n], ctx.trainer[scale_name(n)]) for n in names], recipe.block_shape)
+    return {n: flag(f) for n, f in zip(names, flags)}
+
+
 def _segment_flags(tensors: list, masks) -> list[list]:
     """For each element mask `masks(flat)` gives (a list of them over one concatenation of `tensors`), whether any
     element of each tensor is set: [[flag per tensor] per mask]; the second mask only where the first is clear
@@ -320,11 +337,12 @@ def s3_scales(ctx: CheckContext):
     import torch
     from harness.bitview import differs, flag
     from harness.formats import E8M0, is_pow2
-    from harness.formats.blockwise import pad_blocks
+    from harness.formats.zero_blocks import wrong_zero_blocks
     out, n_checked, steps = [], 0, []
     recipe = ctx.config.recipe
     rhf = ctx.rollout_hf
     encodings = _ScaleEncodings(ctx, recipe)
+    zero_blocks = _zero_block_flags(ctx, recipe)
     for n in _fp8_names(ctx):
         sn = scale_name(n)
         t = ctx.trainer.get(sn)
@@ -358,19 +376,12 @@ def s3_scales(ctx: CheckContext):
                 # judged only where every scale is finite and positive (the finding above says what is wrong)
                 steps.append((encodings.not_pow2(s), not_pow2))
         # TE's rule for the learner's bytes; an engine quantizing online follows vLLM's (amax floored at 1e-4)
-        if recipe.granularity == "block" and recipe.amax_epsilon == 0 and ctx.trainer.get(n) is not None \
-                and ctx.config.rollout.quantization == "checkpoint":
-            codes = ctx.trainer[n]
-            if codes.dim() == 2 and codes.element_size() == 1 and tuple(t.shape) == recipe.scale_grid(codes.shape):
-                # the block's largest magnitude byte is 0: a reduction, not an elementwise compare (5x faster on CPU)
-                zero = pad_blocks(codes.view(torch.uint8) & 0x7F, recipe.block_shape).amax(dim=(1, 3)) == 0
-                wrong = zero & (t.float() != 1.0)
-
-                def zero_block(out, sn=sn, t=t, wrong=wrong):
-                    i = wrong.nonzero()[0]
-                    return fail("S3", sn, "all-zero block must have scale_inv 1 (TE rule: amax 0 -> scale 1)",
-                                stage="trainer", index=[int(x) for x in i], value=float(t.float()[tuple(i)]))
-                steps.append((flag(wrong.any()), zero_block))
+        if n in zero_blocks:
+            def zero_block(out, sn=sn, t=t, codes=ctx.trainer[n]):
+                i = wrong_zero_blocks(codes, t, recipe.block_shape).nonzero()[0]
+                return fail("S3", sn, "all-zero block must have scale_inv 1 (TE rule: amax 0 -> scale 1)",
+                            stage="trainer", index=[int(x) for x in i], value=float(t.float()[tuple(i)]))
+            steps.append((zero_blocks[n], zero_block))
         # the engine's declared post-load transform must keep the representable set: values unchanged
         ek = expected_kernel(ctx, n) if n in ctx.trainer else (None, t, False)
         if ek is None:

@@ -1,0 +1,110 @@
+"""Transformer Engine's rule for an all-zero block, screened over a whole model's FP8 weights at once: a block whose
+codes are all zero (+0 or -0: every byte 0x00 or 0x80) had amax 0, and TE gives it scale 1, so its scale_inv must be
+exactly 1 (S3). On a GPU one Triton launch reads every tensor's codes once through a pointer table (S3 had read
+them with six launches a tensor and a full-size temporary: at Qwen3-8B x 12 layers, 4.8 GB); elsewhere, and where a
+tensor does not fit the kernel, the torch reference below."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .blockwise import pad_blocks
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:                     # the reference serves
+    triton = tl = None
+
+ROW = 7                                 # codes (word offset from base), scale address, N, K words, gk, first program, output
+
+
+def wrong_zero_blocks(codes: torch.Tensor, scale_inv: torch.Tensor, block_shape) -> torch.Tensor:
+    """[gn, gk] bool: the block's codes are all zero and its scale_inv is not exactly 1 (NaN included)."""
+    zero = pad_blocks(codes.view(torch.uint8) & 0x7F, block_shape).amax(dim=(1, 3)) == 0
+    return zero & (scale_inv.float() != 1.0)
+
+
+if triton is not None:
+    @triton.jit
+    def _zero_block_kernel(table_ptr, prog_ptr, out_ptr, base_ptr, ROW: tl.constexpr, BN: tl.constexpr,
+                           BKW: tl.constexpr, VEC: tl.constexpr):
+        """One block of one tensor: rows [bi*BN, +BN), words [bj*BKW, +BKW) of the codes viewed as int32 words."""
+        pid = tl.program_id(0).to(tl.int64)
+        t = tl.load(prog_ptr + pid)
+        row = table_ptr + t * ROW
+        off = tl.load(row)
+        n = tl.load(row + 2)
+        kw = tl.load(row + 3)
+        gk = tl.load(row + 4)
+        blk = pid - tl.load(row + 5)
+        bi = blk // gk
+        bj = blk - bi * gk
+        r = bi * BN + tl.arange(0, BN)
+        c = bj * BKW + tl.arange(0, BKW)
+        if VEC:
+            off = tl.multiple_of(off, 4)
+            kw = tl.multiple_of(kw, 4)
+        ptrs = base_ptr + off + r[:, None] * kw + c[None, :]
+        w = tl.load(ptrs, mask=(r[:, None] < n) & (c[None, :] < kw), other=0)
+        nonzero = tl.max(tl.max(((w & 0x7F7F7F7F) != 0).to(tl.int32), axis=1), axis=0)
+        s = tl.load(tl.load(row + 1).to(tl.pointer_type(tl.float32)) + blk)
+        tl.store(out_ptr + pid, ((nonzero == 0) & (s != 1.0)).to(tl.int32))
+
+
+def _fits_kernel(codes: torch.Tensor, scale_inv: torch.Tensor, block_shape) -> bool:
+    bn, bk = block_shape
+    return (codes.is_cuda and codes.dim() == 2 and codes.is_contiguous() and codes.element_size() == 1
+            and codes.data_ptr() % 4 == 0 and codes.shape[1] % 4 == 0 and bk % 4 == 0 and bn & (bn - 1) == 0
+            and (bk // 4) & (bk // 4 - 1) == 0 and scale_inv.dtype == torch.float32 and scale_inv.is_contiguous()
+            and scale_inv.device == codes.device)
+
+
+def _kernel_flags(pairs: list, block_shape) -> torch.Tensor:
+    """Per pair, whether some block is wrong: a bool vector on the pairs' device (one launch per alignment)."""
+    bn, bk = block_shape
+    device = pairs[0][0].device
+    out = torch.zeros(len(pairs), dtype=torch.int32, device=device)
+    base = torch.zeros(4, dtype=torch.int32, device=device)                # an aligned anchor for word offsets
+    for vec in (True, False):
+        rows, progs = [], []
+        for i, (q, s) in enumerate(pairs):
+            if (q.data_ptr() % 16 == 0 and q.shape[1] % 16 == 0) != vec:
+                continue
+            n, k = q.shape
+            gn, gk = -(-n // bn), -(-k // bk)
+            if gn * gk == 0:
+                continue
+            rows.append([(q.data_ptr() - base.data_ptr()) // 4, s.data_ptr(), n, k // 4, gk,
+                         sum(p for p in progs), i])
+            progs.append(gn * gk)
+        if not rows:
+            continue
+        table = torch.tensor(rows, dtype=torch.int64).to(device)
+        prog = torch.repeat_interleave(torch.arange(len(rows), device=device),
+                                       torch.tensor(progs, device=device), output_size=sum(progs))
+        hit = torch.empty(sum(progs), dtype=torch.int32, device=device)
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            _zero_block_kernel[(sum(progs),)](table, prog, hit, base, ROW=ROW, BN=bn, BKW=bk // 4, VEC=vec,
+                                              num_warps=4)
+        out.index_add_(0, table[:, 6][prog], hit)
+    return out > 0
+
+
+def zero_block_flags(pairs: list, block_shape) -> list:
+    """For each (codes, scale_inv) pair, whether some all-zero block has a scale_inv other than 1, as a 0-d bool
+    tensor on the pair's device (no host sync: `harness.bitview.resolve` brings a check's flags over at once)."""
+    out: list = [None] * len(pairs)
+    kernel = [i for i, (q, s) in enumerate(pairs) if triton is not None and _fits_kernel(q, s, block_shape)]
+    by_device: dict = {}
+    for i in kernel:
+        by_device.setdefault(pairs[i][0].device, []).append(i)
+    for ix in by_device.values():
+        flags = _kernel_flags([pairs[i] for i in ix], block_shape)
+        for k, i in enumerate(ix):
+            out[i] = flags[k]
+    for i, (q, s) in enumerate(pairs):
+        if out[i] is None:
+            out[i] = wrong_zero_blocks(q, s, block_shape).any()
+    return out

@@ -1,0 +1,51 @@
+"""TE's all-zero-block rule screened over many tensors at once: the Triton kernel (compiled on CUDA, in the
+interpreter on CPU) flags exactly the tensors the torch reference flags -- partial blocks, -0 codes, NaN scales,
+unaligned widths -- and a flag belongs to its tensor alone."""
+import torch
+
+from harness.formats.zero_blocks import wrong_zero_blocks, zero_block_flags
+
+try:
+    from triton_interp import load
+except ImportError:
+    from tests.triton_interp import load
+
+
+def _case(n, k, zero_blocks=(), scale_one=(), nan=(), neg_zero=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = (torch.randn(n, k, generator=g) * 50).to(torch.float8_e4m3fn)
+    q.view(torch.uint8)[q.view(torch.uint8) & 0x7F == 0] = 0x01        # no accidental zero block
+    gn, gk = -(-n // 128), -(-k // 128)
+    s = torch.rand(gn, gk, generator=g) + 0.5
+    for bi, bj in zero_blocks:
+        q.view(torch.uint8)[bi * 128:(bi + 1) * 128, bj * 128:(bj + 1) * 128] = 0x80 if neg_zero else 0
+    for bi, bj in scale_one:
+        s[bi, bj] = 1.0
+    for bi, bj in nan:
+        s[bi, bj] = float("nan")
+    return q, s
+
+
+CASES = [
+    _case(256, 256),                                          # clean
+    _case(256, 384, zero_blocks=[(1, 2)]),                    # a zero block with scale != 1: wrong
+    _case(256, 384, zero_blocks=[(1, 2)], scale_one=[(1, 2)]),  # ... with scale 1: right
+    _case(200, 136, zero_blocks=[(1, 1)], neg_zero=True),     # partial blocks, -0 codes: wrong
+    _case(130, 260, zero_blocks=[(1, 0)], nan=[(1, 0)]),      # NaN scale on a zero block: wrong
+    _case(128, 132, nan=[(0, 1)]),                            # NaN scale, block not zero: right; K % 16 != 0
+    _case(512, 128, zero_blocks=[(3, 0)], scale_one=[(3, 0)], seed=3),
+]
+
+
+def test_reference_rule():
+    want = [bool(wrong_zero_blocks(q, s, (128, 128)).any()) for q, s in CASES]
+    assert want == [False, True, False, True, True, False, False]
+    assert [bool(f) for f in zero_block_flags(CASES, (128, 128))] == want
+
+
+def test_kernel_flags_what_the_reference_flags():
+    zb, device = load("harness.formats.zero_blocks")
+    pairs = [(q.to(device), s.to(device)) for q, s in CASES]
+    got = zb._kernel_flags(pairs, (128, 128)).tolist()
+    assert got == [bool(wrong_zero_blocks(q, s, (128, 128)).any()) for q, s in CASES]
+    assert got[1] and not got[0] and not got[2]
