@@ -74,9 +74,40 @@ def test_conformance_cases_match_reference(pow2, eps, block, shape):
 
 @pytest.mark.parametrize("pow2,eps,block", MODES[::3], ids=MODE_IDS[::3])
 def test_gpu_launch_configuration_matches_reference(pow2, eps, block):
-    """The default knobs (what runs on the H200): 32-row slices of a 128x128 block, 32 rows per 1x128 program."""
+    """The default variant's knobs (what runs on the H200), on a ragged shape (masks) and a whole one (EVEN)."""
     for i, dtype in enumerate((torch.bfloat16, torch.float32)):
         assert _check(_case((130, 260), dtype, "special", i), block, pow2, eps) == (0, 0), dtype
+        assert _check(_case((256, 384), dtype, "wide", i), block, pow2, eps) == (0, 0), dtype
+
+
+@pytest.mark.parametrize("variant", sorted(tb.VARIANTS))
+def test_every_launch_variant_gives_the_reference_bytes(variant):
+    """Each candidate the H200 bench times (persistent or not, one tile or two-pass slices): ragged and whole
+    shapes, NaN / inf / zero blocks, both block kinds, both scale modes, an expert stack."""
+    g = torch.Generator().manual_seed(11)
+    cases = [(_case((130, 260), torch.bfloat16, "special", 1), (128, 128), False),
+             (_case((256, 256), torch.bfloat16, "wide", 2), (128, 128), True),
+             (_case((257, 129), torch.float32, "special", 3), (1, 128), True),
+             (_case((64, 384), torch.bfloat16, "normal", 4), (1, 128), False),
+             ((torch.randn(3, 128, 256, generator=g) * 3).bfloat16(), (128, 128), False)]
+    for x, block, pow2 in cases:
+        assert _check(x, block, pow2, variant=variant) == (0, 0), (tuple(x.shape), block, pow2)
+
+
+def test_hardware_cast_path_writes_nan_code_whatever_the_sign():
+    """The GPU build's NaN handling (a block holding NaN takes the second tail, which writes 0x7F over the
+    conversion's NaN code), run here through the interpreter's float8 cast on values it encodes exactly (fp8
+    normals, scale 1: every block's amax is 448), so that only the NaN select decides the NaN bytes."""
+    grid = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    normals = grid[torch.isfinite(grid) & (grid.abs() >= 2.0 ** -6)]
+    x = normals[torch.randint(0, normals.numel(), (256, 256), generator=torch.Generator().manual_seed(5))]
+    x[:, ::128] = 448.0                                      # every block, 128x128 or 1x128, has amax 448
+    x[3, 5], x[4, 6], x[200, 130] = float("nan"), -float("nan"), -float("nan")
+    for block in ((128, 128), (1, 128)):
+        q, s = (t.cpu() for t in tb.launch(x.to(DEVICE), block, hw_cast=True))
+        want = quantize_blockwise(x, block)
+        assert _diff((q, s), want) == (0, 0), block
+        assert q.view(torch.uint8)[4, 6] == 0x7F and q.view(torch.uint8)[200, 130] == 0x7F
 
 
 def _encoder_probe(fp8_max: float):
@@ -173,65 +204,86 @@ def test_same_signature_as_the_reference():
     assert inspect.signature(tb.quantize_blockwise_triton) == inspect.signature(quantize_blockwise)
 
 
-def _kernel_source() -> str:
+def _kernel_source(fns=None) -> str:
     """Source of the jit functions, comments and strings removed."""
-    src = "".join(inspect.getsource(f.fn) for f in (tb._fp8_encode, tb._load_bits, tb._abs_bits, tb._scale,
-                                                     tb._blockwise_kernel))
+    fns = fns or [v for v in vars(tb).values() if type(v).__name__ in ("JITFunction", "InterpretedFunction")]
+    src = "".join(inspect.getsource(f.fn) for f in fns)
     toks = [t.string for t in tokenize.generate_tokens(io.StringIO(src).readline)
             if t.type not in (tokenize.COMMENT, tokenize.STRING)]
     return " ".join(toks)
 
 
 def test_kernel_uses_div_rn_not_slash():
-    """A bare `/` is exact in the interpreter but `div.full.f32` (~2 ulp) on the GPU: forbid it in the kernel."""
+    """A bare `/` is exact in the interpreter but `div.full.f32` (~2 ulp) on the GPU: forbid it in the kernel
+    (every jit function of the module: the quantizer and the helpers C1's requantize kernel shares)."""
     src = _kernel_source()
-    assert src.count("div_rn") == 2
+    assert "_scale" in src and "_blockwise_kernel" in src and "_tile_codes" in src
+    assert src.count("div_rn") == 2                      # scale = 448 / amax and scale_inv = 1 / scale, in _scale
     assert not re.search(r"(?<![/])/(?![/=])", src), "float division `/` in the kernel: use tl.math.div_rn"
 
 
+# The builds the CPU suite compiles for sm90 (no GPU needed) and reads: the quantizer's default build (persistent,
+# cp.async pipeline), a one-program-per-block fp16 build, a persistent 1x128 fp32 build and the two-pass sliced
+# build; each with the hardware conversion and with the integer encoder.
 PTX_SCRIPT = r"""
 import json, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from harness.formats import triton_blockwise as tb
+FMT = dict(POW2=True, USE_EPS=True, FP8_MAX=448.0, INPUT_MAX=3.3895313892515355e38, MANT=3, BIAS=7,
+           MAX_BITS=0x43E00000, MAX_CODE=0x7E, NAN_CODE=0x7F)
+BUILDS = {"persist-bf16-128x128": dict(kind=0, bn=128, rows=128, sub=128, even=True, stages=3, warps=8),
+          "tile-fp16-128x128": dict(kind=1, bn=128, rows=128, sub=128, even=False, stages=0, warps=16),
+          "persist-fp32-1x128": dict(kind=2, bn=1, rows=32, sub=32, even=True, stages=3, warps=4),
+          "sliced-bf16-128x128": dict(kind=0, bn=128, rows=128, sub=32, even=False, stages=0, warps=8)}
 out = {}
-for hw, kind, bn in [(hw, kind, bn) for hw in (False, True) for kind, bn in ((0, 128), (1, 128), (2, 1))]:
-    rows = bn if bn > 1 else 32
-    sig = {"x_ptr": "*i32" if kind == 2 else "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", "N": "i32", "K": "i32",
-           "sxb": "i32", "sxn": "i32", "sxk": "constexpr", "gn": "i32", "gk": "i32", "row_tiles": "i32", "eps": "fp32"}
-    const = dict(IN_KIND=kind, BN=bn, BK=128, ROWS=rows, SUB=32, BK_P2=128, POW2=True, USE_EPS=True,
-                 FP8_MAX=448.0, INPUT_MAX=3.3895313892515355e38, MANT=3, BIAS=7, MAX_BITS=0x43E00000,
-                 MAX_CODE=0x7E, NAN_CODE=0x7F, HW_CAST=hw)
-    sig.update({k: "constexpr" for k in const})
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(7)}      # what Triton specializes for aligned tensors
-    k = triton.compile(ASTSource(fn=tb._blockwise_kernel, signature=sig, constexprs={**const, "sxk": 1}, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
-    ptx = k.asm["ptx"]
-    ops = re.findall(r"^\s*(?:@!?%p\d+\s+)?([a-z]+(?:\.[a-z0-9]+)*)", ptx, flags=re.M)
-    out[f"{'hw' if hw else 'int'}-{kind}-{bn}"] = {op: ops.count(op) for op in set(ops)}
+for hw in (False, True):
+    for name, b in BUILDS.items():
+        sig = {"x_ptr": "*i32" if b["kind"] == 2 else "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", "N": "i32",
+               "K": "i32", "sxb": "i32", "sxn": "i32", "sxk": "constexpr", "gn": "i32", "gk": "i32",
+               "row_tiles": "i32", "items": "i32", "eps": "fp32"}
+        const = dict(IN_KIND=b["kind"], BN=b["bn"], BK=128, ROWS=b["rows"], SUB=b["sub"], BK_P2=128, EVEN=b["even"],
+                     STAGES=b["stages"], HW_CAST=hw, **FMT)
+        sig.update({k: "constexpr" for k in const})
+        attrs = {(i,): [["tt.divisibility", 16]] for i in range(7)}   # what Triton specializes for aligned tensors
+        k = triton.compile(ASTSource(fn=tb._blockwise_kernel, signature=sig, constexprs={**const, "sxk": 1},
+                                     attrs=attrs), target=GPUTarget("cuda", 90, 32), options={"num_warps": b["warps"]})
+        out[f"{'hw' if hw else 'int'}-{name}"] = k.asm["ptx"]
 print(json.dumps(out))
 """
 
 
 def test_sm90_ptx_keeps_ieee_operations():
-    """Compile the kernel for sm90 here (no GPU needed) and read its PTX: two `div.rn.f32`, fp32 `mul` without
-    ftz, no approximate division / reciprocal, no FMA, 16-byte vector loads and stores; the GPU build's fp8
-    conversion is the hardware's round-to-nearest, saturating one and nothing else (NaN selected apart), the
-    integer build (the one the interpreter runs) has none."""
+    """Compile the kernels for sm90 here (no GPU needed) and read their PTX: `div.rn.f32` for both divisions and
+    no approximate division / reciprocal, fp32 `mul` without ftz, no FMA; 16-byte input reads (`ld.global.v4`, or
+    16-byte `cp.async` copies where the pipeline stages tiles in shared memory) and 16-byte code stores (the
+    requantize kernel stores only its flag); the GPU build's fp8 conversion is the hardware's round-to-nearest,
+    saturating one and nothing else (NaN selected apart), the integer build (the one the interpreter runs) has
+    none; the default build's pipeline is there (its copies, commits and waits)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-c", PTX_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", PTX_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         if "ptxas" in r.stderr or "NVPTX" in r.stderr or "not supported" in r.stderr:
             pytest.skip(f"triton cannot compile for sm90 here: {r.stderr.strip().splitlines()[-1]}")
         raise AssertionError(r.stderr[-3000:])
-    for name, ops in json.loads(r.stdout.strip().splitlines()[-1]).items():
+    builds = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(builds) == 8
+    for name, ptx in builds.items():
+        found = re.findall(r"^\s*(?:@!?%p\d+\s+)?([a-z]+(?:\.[a-z0-9]+)*)", ptx, flags=re.M)
+        ops = {op: found.count(op) for op in set(found)}
         flat = " ".join(ops)
-        assert ops.get("div.rn.f32") == 2, (name, ops)
+        assert ops.get("div.rn.f32", 0) >= 2, (name, ops)
         assert ops.get("mul.f32", 0) > 0 and "ftz" not in flat, (name, ops)
         assert not re.search(r"div\.(full|approx)|rcp|fma", flat), (name, ops)
-        assert ops.get("ld.global.v4.b32", 0) > 0 and ops.get("st.global.v4.b32", 0) > 0, (name, ops)
+        vec_loads = ops.get("ld.global.v4.b32", 0) + len(
+            re.findall(r"cp\.async\.cg\.shared\.global \[[^\]]*\], \[[^\]]*\], 0x10", ptx))
+        assert vec_loads > 0, (name, ops)
+        if "requantize" not in name:
+            assert ops.get("st.global.v4.b32", 0) > 0, (name, ops)
+        if "persist" in name:                            # cp.async.commit_group / wait_group, as the regex cuts them
+            assert ops.get("cp.async.commit", 0) > 0 and ops.get("cp.async.wait", 0) > 0, (name, ops)
         fp8_ops = {op for op in ops if re.search(r"e4m3|e5m2", op)}
         if name.startswith("hw"):
             assert fp8_ops == {"cvt.rn.satfinite.e4m3x2.f32"} and ops.get("setp.nan.f32", 0) > 0, (name, ops)
