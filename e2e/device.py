@@ -15,6 +15,15 @@ from harness.sync.pipeline import DigestFirst, fault_config, run_sync
 _STATE: dict = {}            # per trainer process: the export before the last step (faults mixing versions read it)
 
 
+def device_warm(trainer, recipe: str) -> list:
+    """The checks' kernels compiled in the trainer's process before the first sync (its capture and checks run
+    here)."""
+    import torch
+    from harness.formats.recipe import get_recipe
+    from harness.numerics.warmup import warm_kernels
+    return warm_kernels(torch.device("cuda", torch.cuda.current_device()), get_recipe(recipe))
+
+
 def device_step(trainer) -> int:
     _STATE["previous"] = trainer.export_hf()
     return trainer.optimizer_step()

@@ -78,6 +78,8 @@ class LiveSession:
             self.close()
             raise
         self.trainer, self.rollout = trainer_engine, rollout_engine
+        if device:                       # the capture and the checks run in the trainer's process: warm them there
+            self.trainer.run_with_engine("e2e.device:device_warm", config.recipe.name)
         self._rollout_spec = (rollout, ray, num_gpus, rollout_kwargs)
         self.start_seconds = time.perf_counter() - t0
         self.trainer_info = self.trainer.record().to_json()

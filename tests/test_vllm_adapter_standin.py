@@ -235,7 +235,7 @@ def test_an_observed_sync_that_post_processes_twice_is_still_caught():
 
 READ_ONLY = {"fp8check_counts", "fp8check_counts_since", "fp8check_digests", "fp8check_graph_moved", "fp8check_info",
              "fp8check_instrument", "fp8check_kv_scales", "fp8check_read", "fp8check_rewatch_graph",
-             "fp8check_settings"}
+             "fp8check_settings", "fp8check_warm"}
 
 
 def test_the_users_extension_only_reads():

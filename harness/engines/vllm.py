@@ -152,6 +152,7 @@ class VLLMEngine:
         self.llm = llm
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         self.layers = self.rpc("fp8check_instrument")[0]
+        self.rpc("fp8check_warm")                  # the digest kernels compiled now, not in the first sync
         self.versions: list[dict] = [defaultdict(set) for _ in range(self.tp)]
         self.updates: list[UpdateRecord] = []
         self.generations: list[Generation] = []

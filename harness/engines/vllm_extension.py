@@ -195,6 +195,16 @@ class FP8CheckWorkerExtension:
                 out[n] = p.data
         return out
 
+    def _fp8check_device(self):
+        # the worker's own device: during a layerwise reload the parameters sit on the meta device
+        return getattr(self, "device", None) or next(iter(self._fp8check_params().values())).device
+
+    def fp8check_warm(self) -> list:
+        """Compile the digest kernels on this worker's GPU (the first sync's capture is then as fast as a later
+        one's); touches no parameter."""
+        from ..numerics.warmup import warm_kernels
+        return warm_kernels(self._fp8check_device())
+
     def fp8check_info(self) -> dict:
         st = self._fp8check()
         ptrs0 = st["ptrs"] or {}
@@ -351,10 +361,6 @@ class FP8CheckTestExtension(FP8CheckWorkerExtension):
 
     # vLLM 0.26's own bucketed update (distributed/weight_transfer/ipc_engine.py): one layerwise reload spans the
     # buckets; a layer is processed when its last element arrives, the rest at finish
-    def _fp8check_device(self):
-        # the worker's own device: during a layerwise reload the parameters sit on the meta device
-        return getattr(self, "device", None) or next(iter(self._fp8check_params().values())).device
-
     def fp8check_start_update(self) -> bool:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
         initialize_layerwise_reload(self._fp8check_model())

@@ -158,6 +158,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     trainer_hf = trainer.export_hf()
     master_hf = trainer.master_hf() if master else None
     t["export"] = time.perf_counter() - t0
+    tw = time.perf_counter()
     fctx = FaultContext(config, trainer_hf, previous, master_hf if master else trainer.master_hf)
     if stage == "trainer":                               # the learner itself holds these bytes
         trainer_hf = fault.apply(config, dict(trainer_hf), fctx, **params)
@@ -174,6 +175,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     # (the same answer, _digest_ok); a real engine's receive stays exactly as it was measured
     beside = getattr(type(rollout), "in_process_wire", False) is True      # a class attribute, never a proxy's
     received, report = unpack(buckets, config.transport.verify_digests, sent=sent.tensors if beside else None)
+    # the wire: the payload with its digests, the buckets, the receiver's decode and digest check
+    t["wire"] = time.perf_counter() - tw
     items = install_items(received)
     if naive:
         items = rollout.quantize_online(items)
@@ -183,9 +186,11 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         prompts = prompts_for(config.spec.vocab_size)
     if stage == "serving":
         serving_cycle(rollout, fault.knobs, prompts)
-    t1 = time.perf_counter()
-    if poison:
+    if poison:                             # S1's sentinel: a check's cost, not the install's
+        tp = time.perf_counter()
         rollout.poison()
+        t["poison"] = time.perf_counter() - tp
+    t1 = time.perf_counter()
     try:
         rollout.install(items, version, direct=direct, knobs=knobs)
     except Exception as e:  # noqa: BLE001 - the engine refused; the checks judge the state it left
