@@ -21,38 +21,66 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def bench_digest(out: dict):
+def _best(fn, reps: int = 5) -> float:
     import torch
-    from harness.digest import state_digest
-    x = torch.randn(1 << 28, device="cuda")           # 1 GiB fp32
-    state_digest(x)
+    fn()
     torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
     best = float("inf")
-    for _ in range(5):
+    for _ in range(reps):
         t = time.perf_counter()
-        state_digest(x)
+        fn()
         torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t)
+    return best
+
+
+def bench_digest(out: dict):
+    """The capture's and the per-sync checks' kernels beside the HBM copy rate measured in the same run: the state
+    digest (16-byte vector loads; 4-byte ones for an unaligned start), and S3's zero-block screen over a
+    Llama-8B-layer-shaped set of FP8 weights."""
+    import torch
+    from harness.digest import state_digest
+    from harness.formats.zero_blocks import zero_block_flags
+    rate = _copy_rate()
+    x = torch.randn(1 << 28, device="cuda")           # 1 GiB fp32
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    best = _best(lambda: state_digest(x))
     extra = torch.cuda.max_memory_allocated() - base
-    out["digest"] = {"bytes": x.numel() * 4, "seconds": best, "GBps": x.numel() * 4 / best / 1e9,
-                     "extra_peak_bytes": int(extra), "bound": "HBM read (one pass) + integer multiply-adds"}
-    print(f"digest    1 GiB fp32: {best * 1e3:.2f} ms = {out['digest']['GBps']:.0f} GB/s, extra peak "
-          f"{extra / 2**20:.1f} MiB [bound: one HBM read + per-word integer work]")
+    raw = x.view(torch.uint8)[4:]                      # the same bytes from a 4-byte-aligned start: scalar loads
+    unaligned = _best(lambda: state_digest(raw))
+    gbps = x.numel() * 4 / best / 1e9
+    out["digest"] = {"bytes": x.numel() * 4, "seconds": best, "GBps": gbps, "unaligned_GBps": raw.numel() / unaligned / 1e9,
+                     "copy_GBps": rate, "over_copy_rate": gbps / rate if rate else None,
+                     "extra_peak_bytes": int(extra), "bound": "one HBM read + ~16 integer operations a word"}
+    print(f"digest    1 GiB fp32: {best * 1e3:.2f} ms = {gbps:.0f} GB/s = {gbps / (rate or gbps):.2f} of the copy rate "
+          f"({rate or 0:.0f} GB/s of input); 4-byte-aligned start {out['digest']['unaligned_GBps']:.0f} GB/s; extra "
+          f"peak {extra / 2**20:.1f} MiB [bound: one HBM read + per-word integer work]")
+    del x, raw
+    shapes = [(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (12288, 4096), (12288, 4096), (4096, 12288)]
+    pairs = [(torch.randint(1, 127, s, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn),
+              torch.rand(s[0] // 128, s[1] // 128, device="cuda") + 0.5) for s in shapes * 4]
+    nbytes = sum(q.numel() for q, _ in pairs)
+    zb = _best(lambda: torch.stack([f.reshape(()) for f in zero_block_flags(pairs, (128, 128))]).cpu())
+    out["zero_blocks"] = {"bytes": nbytes, "seconds": zb, "GBps": nbytes / zb / 1e9,
+                          "over_copy_rate": nbytes / zb / 1e9 / rate if rate else None}
+    print(f"zero-blk  {len(pairs)} FP8 weights, {nbytes / 1e9:.2f} GB: {zb * 1e3:.2f} ms = {nbytes / zb / 1e9:.0f} GB/s = "
+          f"{nbytes / zb / 1e9 / (rate or 1):.2f} of the copy rate [bound: one HBM read, one launch, one host copy]")
 
 
 def _share(r: dict) -> dict:
-    """The catalog's cost beside the sync's: capture (+ S7's re-sync where it ran) + checks over export + install."""
+    """The catalog's cost beside the sync's: capture + S1's poison (+ S7's re-sync where it ran) + checks over export
+    + install (the wire -- payload, digests, buckets, receive -- is printed apart: a job's own transport has one)."""
     sync = r["export"] + r["install"]
-    check = r["capture"] + r.get("resync", 0.0) + r.get("checks", 0.0)
+    check = r["capture"] + r.get("poison", 0.0) + r.get("resync", 0.0) + r.get("checks", 0.0)
     return {"sync_s": sync, "catalog_s": check, "fraction": check / sync if sync else None}
 
 
 def _breakdown(r: dict, top: int = 5) -> str:
     parts = [f"{k.removeprefix('capture.')} {v * 1e3:.1f}" for k, v in r.items() if k.startswith("capture.")]
     checks = sorted(((v, k.removeprefix("check.")) for k, v in r.items() if k.startswith("check.")), reverse=True)
-    return (f"capture [{', '.join(parts)}] ms; resync {r.get('resync', 0) * 1e3:.1f} ms; slowest checks "
+    return (f"capture [{', '.join(parts)}] ms; poison {r.get('poison', 0) * 1e3:.1f} ms; resync "
+            f"{r.get('resync', 0) * 1e3:.1f} ms; wire {r.get('wire', 0) * 1e3:.1f} ms; slowest checks "
             + ", ".join(f"{k} {v * 1e3:.1f}" for v, k in checks[:top]) + " ms")
 
 
@@ -76,9 +104,16 @@ def _copy_rate() -> float | None:
         return None
 
 
-def bench_sync(model: str, layers: int | None, steps: int, out: dict):
-    """K clean syncs with every check (S7's re-sync included), then K without the re-sync (the idempotence probe is
-    one more install by definition, so a check left on for every sync measures it on a schedule, not every time)."""
+MODES = {   # name -> (checks_every, resync): the full catalog on every sync, then checks left on for a run
+    "full": (1, True),
+    "full_without_resync": (1, False),
+    "per_sync": (10 ** 9, True),     # a schedule's cheap syncs: S7's re-sync, P1 and C1 on the periodic ones only
+}
+
+
+def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tuple(MODES)):
+    """K clean syncs per mode (`MODES`): the whole catalog with S7's re-sync, without it, and the per-sync tier a
+    run leaves on (LiveSession(checks_every=N)'s syncs between the periodic ones); best of K after the first."""
     from dataclasses import replace
     from e2e.live import LiveSession
     from harness.config import recommended_config
@@ -88,46 +123,54 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict):
     cfg = recommended_config(name, "blockwise-fp32")
     cfg = replace(cfg, trainer=replace(cfg.trainer, device=True))
     t0 = time.perf_counter()
-    rows = {"with_resync": [], "without_resync": []}
+    rows = {m: [] for m in modes}
     with LiveSession(cfg, device=True, num_gpus=0.1, rollout_kwargs={"gpu_memory_utilization": 0.3}) as s:
         start = time.perf_counter() - t0
-        for mode, resync in (("with_resync", True), ("without_resync", False)):
+        for mode in modes:
+            s.checks_every, resync = MODES[mode]
             for i in range(steps):
                 s.step()
                 t = time.perf_counter()
-                o = s.sync(f"bench step {i}", resync=resync)
+                o = s.sync(f"bench {mode} {i}", resync=resync)
                 wall = time.perf_counter() - t
                 rows[mode].append({"wall": wall, **o.seconds, "fired": o.fired, "unknown": o.unknown,
-                                   "fetched": o.fetched, "params": o.params,
+                                   "fetched": o.fetched, "params": o.params, "deferred": o.extra.get("deferred"),
                                    "payload_bytes": o.extra.get("payload_bytes")})
     rate = _copy_rate()
     res = {"engine_start_seconds": start, "steps": rows, "copy_GBps": rate}
     for mode, rs in rows.items():
         best = min(rs[1:] or rs, key=lambda r: r["wall"])
         first = rs[0]
-        gb = (best["payload_bytes"] or 0) / 1e9
+        nbytes = best["payload_bytes"] or 0
+        gb = nbytes / 1e9
         sh, fsh = _share(best), _share(first)
         mem = best.get("check_extra_peak_bytes", 0)
         res[mode] = {"best": best, "payload_GB": gb, "install_GBps": gb / best["install"] if best["install"] else None,
                      "catalog_fraction_of_sync": sh["fraction"], "first_sync_catalog_fraction": fsh["fraction"],
-                     "extra_peak_fraction_of_payload": mem / best["payload_bytes"] if best["payload_bytes"] else None}
+                     "extra_peak_fraction_of_payload": mem / nbytes if nbytes else None,
+                     "engine_digest_GBps": gb / best["capture.engine_digests"]
+                     if best.get("capture.engine_digests") else None}
         print(f"sync      {name} ({mode.replace('_', ' ')}): payload {gb:.2f} GB in {best['params']} parameters; "
               f"export {best['export']:.3f} s, install {best['install']:.3f} s ({res[mode]['install_GBps'] or 0:.1f} "
-              f"GB/s), capture {best['capture']:.3f} s, re-sync {best.get('resync', 0):.3f} s, checks "
-              f"{best.get('checks', 0):.3f} s; catalog = {sh['fraction']:.1%} of the sync (target 10 %; first sync "
-              f"{fsh['fraction']:.1%}); checks' extra peak {mem / 2**20:.0f} MiB = "
+              f"GB/s), capture {best['capture']:.4f} s, re-sync {best.get('resync', 0):.3f} s, checks "
+              f"{best.get('checks', 0):.4f} s; catalog = {sh['fraction']:.1%} of the sync (target 10 %; first sync "
+              f"{fsh['fraction']:.1%}); extra peak {mem / 2**20:.0f} MiB = "
               f"{res[mode]['extra_peak_fraction_of_payload'] or 0:.1%} of the payload (target 5 %); fired "
-              f"{best['fired']} unknown {best['unknown']}")
+              f"{best['fired']} unknown {best['unknown']} deferred {best.get('deferred')}")
         if rate:    # reading the payload once on each side at the copy rate: what a digest-first catalog needs
-            floor = 2 * (best["payload_bytes"] or 0) / 1e9 / rate
+            floor = 2 * nbytes / 1e9 / rate
             res[mode]["floor_seconds"] = floor
-            print(f"          floor (the payload read once per side at {rate:.0f} GB/s): {floor * 1e3:.1f} ms; "
-                  f"capture x{best['capture'] / floor:.1f} of it, catalog x{sh['catalog_s'] / floor:.0f}")
+            res[mode]["capture_over_floor"] = best["capture"] / floor if floor else None
+            res[mode]["catalog_over_floor"] = sh["catalog_s"] / floor if floor else None
+            print(f"          floor (the payload read once per side at {rate:.0f} GB/s): {floor * 1e3:.2f} ms; "
+                  f"capture x{best['capture'] / floor:.1f} of it, catalog x{sh['catalog_s'] / floor:.1f}; engine "
+                  f"digests {res[mode]['engine_digest_GBps'] or 0:.0f} GB/s = "
+                  f"{(res[mode]['engine_digest_GBps'] or 0) / rate:.2f} of the copy rate (RPC included)")
         print(f"          {_breakdown(best)}; extra peak: capture {best.get('capture_extra_peak_bytes', 0) / 2**20:.0f} "
               f"MiB, checks {best.get('checks_extra_peak_bytes', 0) / 2**20:.0f} MiB")
     print("          [bounds: install = vLLM's layerwise reload reading IPC-mapped buckets; re-sync = one more "
-          "install; capture = digests (one HBM read per side) + per-tensor Python; floor: reading the payload "
-          "once per side at ~2 TB/s]")
+          "install; capture = digests (one HBM read per side) + an RPC + per-tensor Python; floor: reading the "
+          "payload once per side at the measured copy rate]")
     out.setdefault("sync", {})[name] = res
 
 
@@ -137,6 +180,7 @@ def main():
     ap.add_argument("--sync", action="append", default=[])
     ap.add_argument("--layers", type=int, help="cut models deeper than this to this many layers")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     out = {"time": time.time()}
@@ -147,7 +191,7 @@ def main():
             bench_digest(out)
         for m in a.sync:
             try:
-                bench_sync(m, a.layers, a.steps, out)
+                bench_sync(m, a.layers, a.steps, out, tuple(a.modes.split(",")))
             except Exception as e:  # noqa: BLE001 - report and go on to the next model
                 out.setdefault("errors", {})[m] = f"{e.__class__.__name__}: {e}"
                 print(f"sync      {m}: FAILED {e.__class__.__name__}: {e}")
