@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 28)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 30)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
@@ -47,6 +47,11 @@
 #  27  the sync bench at Qwen3-8B x 24 layers (36 did not fit beside the trainer), then phase `numerics`
 #  28  `fp8check live` dense with every live fault and the sync bench at Qwen3-8B x 12, after the checkpoint view
 #      of row-parallel tensors stopped being a copy
+#  29  the 2026-12-03 session (digest v2, digest-first without the fused copy, proven tensors compared as the
+#      trainer's, the per-sync tier): the kernels phase (digest, expected state, zero-block screen, quantizer vs TE),
+#      `fp8check live` dense with every live fault, the sync bench at Qwen3-8B x 12 (three modes), the quantizer bench
+#  30  `fp8check live` at Qwen3-8B x 12 on the device path with the real-shape faults, the sync bench at
+#      Qwen3-30B-A3B x 8 layers, phase `user`
 # The device copies the working tree with each call, 64 MiB in all with the carried paths: a staging part is 60 MiB,
 # so the tracked files must stay under 4 MiB during staging (move ci/gpu-results and ci/e2e-results out and back).
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
@@ -130,6 +135,13 @@ bench_quantize() {
   log "bench quantize: rc $? $(grep -E '^(triton|TE|te_|clone|digest)' "$R/bench/quantize.txt" | tr '\n' ' ' | cut -c1-900)"
   cp "$R/bench/quantize.json" "$R/bench/quantize.txt" "$(dirname "$R")/" 2>/dev/null
 }
+live_real() {   # live_real MODEL LAYERS FAULT...: `fp8check live` at a real shape on the device path
+  local m=$1 n=$2; shift 2; mkdir -p "$R/live-real"
+  timeout "$(cap 400)" python3 -m harness live --model "$m" --layers "$n" --recipe blockwise-fp32 --steps 2 \
+    --faults "$@" --gpu-memory-utilization 0.25 --out "$R/live-real/live-$m-$n.json" > "$R/live-real/live-$m-$n.txt" 2>&1
+  log "fp8check live $m x $n: rc $? $(grep -E '^(OK|FAILED)' "$R/live-real/live-$m-$n.txt" | tr '\n' ' ')"
+  cp "$R/live-real/live-$m-$n.json" "$(dirname "$R")/" 2>/dev/null
+}
 bench_sync() {   # bench_sync MODEL: the device sync path, the catalog's share of it (bench/gpu_bench.py --sync)
   mkdir -p "$R/bench"; timeout "$(cap 420)" python3 bench/gpu_bench.py --sync "$1" --layers "${SYNC_LAYERS:-12}" \
     --out "$R/bench/sync-$1.json" > "$R/bench/sync-$1.txt" 2>&1
@@ -172,7 +184,11 @@ case $CALL in
   26) SYNC_LAYERS=36 bench_sync qwen3-8b; SYNC_LAYERS=8 bench_sync qwen3-30b-a3b ;;
   27) SYNC_LAYERS=24 bench_sync qwen3-8b; phase numerics 300 ;;
   28) live_cli dense; bench_sync qwen3-8b ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 28, got $CALL" >&2; exit 2 ;;
+  29) phase kernels 150; live_cli dense; bench_sync qwen3-8b; bench_quantize ;;
+  30) live_real qwen3-8b 12 scale_x2_block fp32_scales_rounded_pow2 megatron_qkv_not_deinterleaved rows_shifted_one_block \
+        scale_dropped postprocess_twice stale_layer_unstamped
+      SYNC_LAYERS=8 bench_sync qwen3-30b-a3b; phase user 200 ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 30, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"

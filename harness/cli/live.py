@@ -54,7 +54,7 @@ def run(args) -> int:
         from dataclasses import replace
         config = replace(config, trainer=replace(config.trainer, device=True))
     report = run_live(config, args.steps, names, probes=not args.no_probes, snapshot_dir=args.snapshot,
-                      trainer=args.trainer, rollout="vllm", device=device,
+                      trainer=args.trainer, rollout="vllm", device=device, checks_every=args.checks_every,
                       rollout_kwargs={"workdir": workdir, "gpu_memory_utilization": args.gpu_memory_utilization})
     report["path"] = "device" if device else "host"
     return render(report, config, args, workdir)
@@ -101,6 +101,9 @@ def register(sub, cfg_args):
     p.add_argument("--trainer", choices=["megatron", "cpu-reference"], default="megatron",
                    help="registered trainer engine (cpu-reference: the CPU mirror feeding the real vLLM)")
     p.add_argument("--no-probes", action="store_true")
+    p.add_argument("--checks-every", type=_count(1), default=1, metavar="N",
+                   help="checks left on for a run: every sync runs the catalog, and the first clean sync, every N-th "
+                        "one and every fault sync also what costs as much as the sync (S7's re-sync, P1, C1)")
     p.add_argument("--device-path", choices=["auto", "on", "off"], default="auto",
                    help="weights GPU to GPU through CUDA IPC, the pipeline in the trainer's process (auto: for models "
                         "over 200 M parameters)")
