@@ -223,14 +223,14 @@ def test_kernel_uses_div_rn_not_slash():
 
 
 # The builds the CPU suite compiles for sm90 (no GPU needed) and reads: the quantizer's default build (persistent,
-# cp.async pipeline), a one-program-per-block fp16 build, a persistent 1x128 fp32 build and the two-pass sliced
-# build; each with the hardware conversion and with the integer encoder.
+# cp.async pipeline), a one-program-per-block fp16 build, a persistent 1x128 fp32 build, the two-pass sliced
+# build, and C1's requantize kernel; each with the hardware conversion and with the integer encoder.
 PTX_SCRIPT = r"""
 import json, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from harness.formats import triton_blockwise as tb
+from harness.formats import triton_blockwise as tb, triton_requantize as rq
 FMT = dict(POW2=True, USE_EPS=True, FP8_MAX=448.0, INPUT_MAX=3.3895313892515355e38, MANT=3, BIAS=7,
            MAX_BITS=0x43E00000, MAX_CODE=0x7E, NAN_CODE=0x7F)
 BUILDS = {"persist-bf16-128x128": dict(kind=0, bn=128, rows=128, sub=128, even=True, stages=3, warps=8),
@@ -250,6 +250,15 @@ for hw in (False, True):
         k = triton.compile(ASTSource(fn=tb._blockwise_kernel, signature=sig, constexprs={**const, "sxk": 1},
                                      attrs=attrs), target=GPUTarget("cuda", 90, 32), options={"num_warps": b["warps"]})
         out[f"{'hw' if hw else 'int'}-{name}"] = k.asm["ptx"]
+    sig = {"table_ptr": "*i64", "piece_ptr": "*i32", "flag_ptr": "*u8", "x_base": "*i16", "q_base": "*u8",
+           "s_base": "*i32", "eps": "fp32", "pid0": "i32"}
+    const = dict(ROW=rq.ROW, IN_KIND=0, VEC=8, LAYOUT=2, EVEN=True, BN=128, BK=128, ROWS=128, SUB=128, BK_P2=128,
+                 HW_CAST=hw, **FMT)
+    sig.update({k: "constexpr" for k in const})
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(6)}
+    k = triton.compile(ASTSource(fn=rq._requantize_kernel, signature=sig, constexprs=const, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+    out[f"{'hw' if hw else 'int'}-requantize-bf16-128x128"] = k.asm["ptx"]
 print(json.dumps(out))
 """
 
@@ -269,7 +278,7 @@ def test_sm90_ptx_keeps_ieee_operations():
             pytest.skip(f"triton cannot compile for sm90 here: {r.stderr.strip().splitlines()[-1]}")
         raise AssertionError(r.stderr[-3000:])
     builds = json.loads(r.stdout.strip().splitlines()[-1])
-    assert len(builds) == 8
+    assert len(builds) == 10
     for name, ptx in builds.items():
         found = re.findall(r"^\s*(?:@!?%p\d+\s+)?([a-z]+(?:\.[a-z0-9]+)*)", ptx, flags=re.M)
         ops = {op: found.count(op) for op in set(found)}
