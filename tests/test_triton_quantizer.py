@@ -231,8 +231,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from harness.formats import triton_blockwise as tb, triton_requantize as rq
-FMT = dict(POW2=True, USE_EPS=True, FP8_MAX=448.0, INPUT_MAX=3.3895313892515355e38, MANT=3, BIAS=7,
-           MAX_BITS=0x43E00000, MAX_CODE=0x7E, NAN_CODE=0x7F)
+FMT = dict(FP8_MAX=448.0, INPUT_MAX=3.3895313892515355e38, MANT=3, BIAS=7, MAX_BITS=0x43E00000, MAX_CODE=0x7E,
+           NAN_CODE=0x7F)
 BUILDS = {"persist-bf16-128x128": dict(kind=0, bn=128, rows=128, sub=128, even=True, stages=3, warps=8),
           "tile-fp16-128x128": dict(kind=1, bn=128, rows=128, sub=128, even=False, stages=0, warps=16),
           "persist-fp32-1x128": dict(kind=2, bn=1, rows=32, sub=32, even=True, stages=3, warps=4),
@@ -242,7 +242,7 @@ for hw in (False, True):
     for name, b in BUILDS.items():
         sig = {"x_ptr": "*i32" if b["kind"] == 2 else "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", "N": "i32",
                "K": "i32", "sxb": "i32", "sxn": "i32", "sxk": "constexpr", "gn": "i32", "gk": "i32",
-               "row_tiles": "i32", "items": "i32", "eps": "fp32"}
+               "row_tiles": "i32", "items": "i32", "eps": "fp32", "pow2": "i32"}
         const = dict(IN_KIND=b["kind"], BN=b["bn"], BK=128, ROWS=b["rows"], SUB=b["sub"], BK_P2=128, EVEN=b["even"],
                      STAGES=b["stages"], HW_CAST=hw, **FMT)
         sig.update({k: "constexpr" for k in const})
@@ -251,7 +251,7 @@ for hw in (False, True):
                                      attrs=attrs), target=GPUTarget("cuda", 90, 32), options={"num_warps": b["warps"]})
         out[f"{'hw' if hw else 'int'}-{name}"] = k.asm["ptx"]
     sig = {"table_ptr": "*i64", "piece_ptr": "*i32", "flag_ptr": "*u8", "x_base": "*i16", "q_base": "*u8",
-           "s_base": "*i32", "eps": "fp32", "pid0": "i32"}
+           "s_base": "*i32", "eps": "fp32", "pow2": "i32", "pid0": "i32"}
     const = dict(ROW=rq.ROW, IN_KIND=0, VEC=8, LAYOUT=2, EVEN=True, BN=128, BK=128, ROWS=128, SUB=128, BK_P2=128,
                  HW_CAST=hw, **FMT)
     sig.update({k: "constexpr" for k in const})

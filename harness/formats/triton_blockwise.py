@@ -146,18 +146,17 @@ if triton is not None:
         return _f32_bits(raw, IN_KIND)
 
     @triton.jit
-    def _scale(amax_bits, eps, USE_EPS: tl.constexpr, POW2: tl.constexpr, FP8_MAX: tl.constexpr,
-               INPUT_MAX: tl.constexpr):
-        """TE's compute_scale_from_amax on |x| bit patterns (NaN already skipped) -> (scale, scale_inv)."""
+    def _scale(amax_bits, eps, pow2, FP8_MAX: tl.constexpr, INPUT_MAX: tl.constexpr):
+        """TE's compute_scale_from_amax on |x| bit patterns (NaN already skipped) -> (scale, scale_inv).  eps and
+        pow2 are run-time scalars (one build serves every recipe): an epsilon of 0 changes no amax (amax >= +0),
+        as the reference's `if amax_epsilon > 0` skips it; pow2 != 0 keeps the sign and exponent bits."""
         amax = amax_bits.to(tl.float32, bitcast=True)
-        if USE_EPS:
-            amax = tl.where(amax < eps, eps, amax)
+        amax = tl.where(amax < eps, eps, amax)
         scale = tl.math.div_rn(tl.full(amax.shape, FP8_MAX, tl.float32), amax)
         scale = tl.where(scale.to(tl.int32, bitcast=True) == 0x7F800000, INPUT_MAX, scale)   # overflow
         abits = amax.to(tl.int32, bitcast=True)
         scale = tl.where((abits == 0) | (abits >= 0x7F800000), 1.0, scale)                    # amax 0 / inf
-        if POW2:
-            scale = (scale.to(tl.int32, bitcast=True) & -8388608).to(tl.float32, bitcast=True)
+        scale = tl.where(pow2 != 0, (scale.to(tl.int32, bitcast=True) & -8388608).to(tl.float32, bitcast=True), scale)
         return scale, tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
 
     @triton.jit
@@ -223,10 +222,10 @@ if triton is not None:
         return tl.max(amax, axis=0), tl.max(top, axis=0) > 0x7F800000
 
     @triton.jit
-    def _quantize_block(pid, x_ptr, q_ptr, s_ptr, N, K, sxb, sxn, sxk, gn, gk, row_tiles, eps,
+    def _quantize_block(pid, x_ptr, q_ptr, s_ptr, N, K, sxb, sxn, sxk, gn, gk, row_tiles, eps, pow2,
                         IN_KIND: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, ROWS: tl.constexpr,
-                        SUB: tl.constexpr, BK_P2: tl.constexpr, EVEN: tl.constexpr, POW2: tl.constexpr,
-                        USE_EPS: tl.constexpr, FP8_MAX: tl.constexpr, INPUT_MAX: tl.constexpr, MANT: tl.constexpr,
+                        SUB: tl.constexpr, BK_P2: tl.constexpr, EVEN: tl.constexpr,
+                        FP8_MAX: tl.constexpr, INPUT_MAX: tl.constexpr, MANT: tl.constexpr,
                         BIAS: tl.constexpr, MAX_BITS: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr,
                         HW_CAST: tl.constexpr):
         """Work item `pid`: ROWS rows x BK columns.  BN == 1: ROWS blocks of one row.  BN > 1 (ROWS == BN): one
@@ -259,18 +258,18 @@ if triton is not None:
             # yielding a tile costs its registers twice): the common one, and one for a tile holding NaN
             if _has_nan(amax, BN == 1):
                 amax = _tile_amax(bits, True, BN == 1)
-                scale, scale_inv = _scale(amax, eps, USE_EPS, POW2, FP8_MAX, INPUT_MAX)
+                scale, scale_inv = _scale(amax, eps, pow2, FP8_MAX, INPUT_MAX)
                 codes = _tile_codes(bits, scale, BN == 1, True, HW_CAST, MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE)
                 tl.store(q_ptrs, codes, mask=mask)
                 tl.store(s_ptrs, scale_inv, mask=s_mask)
             else:
-                scale, scale_inv = _scale(amax, eps, USE_EPS, POW2, FP8_MAX, INPUT_MAX)
+                scale, scale_inv = _scale(amax, eps, pow2, FP8_MAX, INPUT_MAX)
                 codes = _tile_codes(bits, scale, BN == 1, False, HW_CAST, MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE)
                 tl.store(q_ptrs, codes, mask=mask)
                 tl.store(s_ptrs, scale_inv, mask=s_mask)
         else:
             amax, has_nan = _sliced_amax(x_tile, row0, N, K, col0, sxn, sxk, IN_KIND, ROWS, SUB, BK, BK_P2)
-            scale, scale_inv = _scale(amax, eps, USE_EPS, POW2, FP8_MAX, INPUT_MAX)
+            scale, scale_inv = _scale(amax, eps, pow2, FP8_MAX, INPUT_MAX)
             for r0 in tl.range(0, ROWS, SUB):
                 r = r0 + tl.arange(0, SUB)
                 mask = ((r < ROWS) & (row0 + r < N))[:, None] & ((c_in < BK) & (col0 + c_in < K))[None, :]
@@ -280,11 +279,11 @@ if triton is not None:
                 tl.store(q_tile + (r[:, None] * K + c_in[None, :]), codes, mask=mask)
             tl.store(s_ptr + (b * gn + rt) * gk + col, scale_inv)
 
-    @triton.jit
-    def _blockwise_kernel(x_ptr, q_ptr, s_ptr, N, K, sxb, sxn, sxk, gn, gk, row_tiles, items, eps,
+    @triton.jit(do_not_specialize=["pow2"])
+    def _blockwise_kernel(x_ptr, q_ptr, s_ptr, N, K, sxb, sxn, sxk, gn, gk, row_tiles, items, eps, pow2,
                           IN_KIND: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                           ROWS: tl.constexpr, SUB: tl.constexpr, BK_P2: tl.constexpr, EVEN: tl.constexpr,
-                          STAGES: tl.constexpr, POW2: tl.constexpr, USE_EPS: tl.constexpr, FP8_MAX: tl.constexpr,
+                          STAGES: tl.constexpr, FP8_MAX: tl.constexpr,
                           INPUT_MAX: tl.constexpr, MANT: tl.constexpr, BIAS: tl.constexpr,
                           MAX_BITS: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr,
                           HW_CAST: tl.constexpr):
@@ -294,13 +293,13 @@ if triton is not None:
         keeps reads in flight without holding them in registers."""
         if STAGES == 0:
             _quantize_block(tl.program_id(0), x_ptr, q_ptr, s_ptr, N, K, sxb, sxn, sxk, gn, gk, row_tiles, eps,
-                            IN_KIND, BN, BK, ROWS, SUB, BK_P2, EVEN, POW2, USE_EPS, FP8_MAX, INPUT_MAX, MANT, BIAS,
-                            MAX_BITS, MAX_CODE, NAN_CODE, HW_CAST)
+                            pow2, IN_KIND, BN, BK, ROWS, SUB, BK_P2, EVEN, FP8_MAX, INPUT_MAX, MANT, BIAS, MAX_BITS,
+                            MAX_CODE, NAN_CODE, HW_CAST)
         else:
             for pid in tl.range(tl.program_id(0), items, tl.num_programs(0), num_stages=STAGES):
-                _quantize_block(pid, x_ptr, q_ptr, s_ptr, N, K, sxb, sxn, sxk, gn, gk, row_tiles, eps,
-                                IN_KIND, BN, BK, ROWS, SUB, BK_P2, EVEN, POW2, USE_EPS, FP8_MAX, INPUT_MAX, MANT,
-                                BIAS, MAX_BITS, MAX_CODE, NAN_CODE, HW_CAST)
+                _quantize_block(pid, x_ptr, q_ptr, s_ptr, N, K, sxb, sxn, sxk, gn, gk, row_tiles, eps, pow2,
+                                IN_KIND, BN, BK, ROWS, SUB, BK_P2, EVEN, FP8_MAX, INPUT_MAX, MANT, BIAS, MAX_BITS,
+                                MAX_CODE, NAN_CODE, HW_CAST)
 
 
 _IN_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
@@ -312,13 +311,12 @@ def _p2(n: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def format_constants(dtype: torch.dtype, fp8_dtype: torch.dtype, pow2: bool, amax_epsilon: float) -> tuple:
+def format_constants(dtype: torch.dtype, fp8_dtype: torch.dtype, amax_epsilon: float) -> tuple:
     """(eps as the reference rounds it to fp32, the kernels' format constexprs): made once per recipe and input
     dtype (a torch.tensor per call cost more host time than a small kernel runs)."""
     mant, bias, fmax, max_code = _FORMATS[fp8_dtype]
-    eps32 = float(torch.tensor(amax_epsilon, dtype=torch.float32))
-    return eps32, dict(POW2=bool(pow2), USE_EPS=amax_epsilon > 0.0, FP8_MAX=fmax, INPUT_MAX=INPUT_DTYPE_MAX[dtype],
-                       MANT=mant, BIAS=bias,
+    eps32 = float(torch.tensor(max(amax_epsilon, 0.0), dtype=torch.float32))
+    return eps32, dict(FP8_MAX=fmax, INPUT_MAX=INPUT_DTYPE_MAX[dtype], MANT=mant, BIAS=bias,
                        MAX_BITS=int(torch.tensor(fmax, dtype=torch.float32).view(torch.int32)),
                        MAX_CODE=max_code, NAN_CODE=E4M3_NAN_BYTE)
 
@@ -399,26 +397,25 @@ def launch(x: torch.Tensor, block_shape=WEIGHT_BLOCK, *, pow2: bool = False, ama
     sxn, sxk = raw.stride(-2), raw.stride(-1)
     hw = x.is_cuda if hw_cast is None else bool(hw_cast)
     rows, sub, stages, per_sm, eps32, kw = _launch_config(
-        x.dtype, fp8_dtype, bool(pow2), float(amax_epsilon), bn, bk, variant, rows_per_program, slice_rows, num_warps,
-        hw)
+        x.dtype, fp8_dtype, float(amax_epsilon), bn, bk, variant, rows_per_program, slice_rows, num_warps, hw)
     row_tiles, bk2 = -(-n // rows), kw["BK_P2"]
     if max(rows * abs(sxn) + bk2 * abs(sxk), rows * k + bk2) >= 2 ** 31:
         raise ValueError(f"a {rows}x{bk} tile spans more than 2^31 elements: 32-bit in-tile offsets overflow")
     items = batches * row_tiles * gk
     _blockwise_kernel[(programs(items, stages, per_sm, x.device),)](
-        raw, q.view(torch.uint8), s, n, k, sxb, sxn, sxk, gn, gk, row_tiles, items, eps32,
+        raw, q.view(torch.uint8), s, n, k, sxb, sxn, sxk, gn, gk, row_tiles, items, eps32, int(bool(pow2)),
         EVEN=sub == rows and n % rows == 0 and k % bk == 0 and bk2 == bk, **kw)
     return q, s
 
 
 @functools.lru_cache(maxsize=1024)
-def _launch_config(dtype, fp8_dtype, pow2, amax_epsilon, bn, bk, variant, rows_per_program, slice_rows, num_warps,
+def _launch_config(dtype, fp8_dtype, amax_epsilon, bn, bk, variant, rows_per_program, slice_rows, num_warps,
                    hw_cast) -> tuple:
     """(rows per work item, rows per tile, stages, programs per SM, eps, the launch's constexpr kwargs) of one
     launch configuration, made once (host time per call is part of the figure: a weight of 4096x4096 quantizes
     in ~15 us on an H200)."""
     rows, sub, warps, stages, per_sm = plan((bn, bk), variant, rows_per_program, slice_rows)
-    eps32, consts = format_constants(dtype, fp8_dtype, pow2, amax_epsilon)
+    eps32, consts = format_constants(dtype, fp8_dtype, amax_epsilon)
     kw = dict(IN_KIND=_IN_KIND[dtype], BN=bn, BK=bk, ROWS=rows, SUB=sub, BK_P2=_p2(bk), STAGES=stages,
               HW_CAST=hw_cast, num_warps=num_warps or warps, **consts)
     return rows, sub, stages, per_sm, eps32, kw

@@ -30,11 +30,11 @@ triton, tl = tb.triton, tb.tl
 ROW = 16
 
 if triton is not None:
-    @triton.jit(do_not_specialize=["pid0"])
-    def _requantize_kernel(table_ptr, piece_ptr, flag_ptr, x_base, q_base, s_base, eps, pid0, ROW: tl.constexpr,
-                           IN_KIND: tl.constexpr, VEC: tl.constexpr, LAYOUT: tl.constexpr, EVEN: tl.constexpr,
-                           BN: tl.constexpr, BK: tl.constexpr, ROWS: tl.constexpr, SUB: tl.constexpr,
-                           BK_P2: tl.constexpr, POW2: tl.constexpr, USE_EPS: tl.constexpr, FP8_MAX: tl.constexpr,
+    @triton.jit(do_not_specialize=["pid0", "pow2"])
+    def _requantize_kernel(table_ptr, piece_ptr, flag_ptr, x_base, q_base, s_base, eps, pow2, pid0,
+                           ROW: tl.constexpr, IN_KIND: tl.constexpr, VEC: tl.constexpr, LAYOUT: tl.constexpr,
+                           EVEN: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, ROWS: tl.constexpr,
+                           SUB: tl.constexpr, BK_P2: tl.constexpr, FP8_MAX: tl.constexpr,
                            INPUT_MAX: tl.constexpr, MANT: tl.constexpr, BIAS: tl.constexpr,
                            MAX_BITS: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr,
                            HW_CAST: tl.constexpr):
@@ -98,16 +98,16 @@ if triton is not None:
             # as in the quantizer: a common tail and one for a tile holding NaN, nothing tile-sized across the `if`
             if tb._has_nan(amax, BN == 1):
                 amax = tb._tile_amax(bits, True, BN == 1)
-                scale, scale_inv = tb._scale(amax, eps, USE_EPS, POW2, FP8_MAX, INPUT_MAX)
+                scale, scale_inv = tb._scale(amax, eps, pow2, FP8_MAX, INPUT_MAX)
                 codes = tb._tile_codes(bits, scale, BN == 1, True, HW_CAST, MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE)
                 bad = _differs(codes, given, scale_inv, given_s, s_mask, BN == 1)
             else:
-                scale, scale_inv = tb._scale(amax, eps, USE_EPS, POW2, FP8_MAX, INPUT_MAX)
+                scale, scale_inv = tb._scale(amax, eps, pow2, FP8_MAX, INPUT_MAX)
                 codes = tb._tile_codes(bits, scale, BN == 1, False, HW_CAST, MANT, BIAS, MAX_BITS, MAX_CODE, NAN_CODE)
                 bad = _differs(codes, given, scale_inv, given_s, s_mask, BN == 1)
         else:
             amax, has_nan = tb._sliced_amax(x_tile, row0, N, K, col0, sxn, sxk, IN_KIND, ROWS, SUB, BK, BK_P2)
-            scale, scale_inv = tb._scale(amax, eps, USE_EPS, POW2, FP8_MAX, INPUT_MAX)
+            scale, scale_inv = tb._scale(amax, eps, pow2, FP8_MAX, INPUT_MAX)
             bad = (has_s & (scale_inv.to(tl.int32, bitcast=True) != tl.load(s_ptrs))).to(tl.int32)
             for r0 in tl.range(0, ROWS, SUB):
                 r = r0 + tl.arange(0, SUB)
@@ -214,7 +214,7 @@ def requantize_mismatch(masters, codes, scales, block_shape=WEIGHT_BLOCK, *, pow
                              gk, row_tiles, start, i, s is not None])
             start += row_tiles * gk
         launches.append((dtype, layout, even, x0, q0, s0, begin, start - begin))
-        eps_consts[dtype] = tb.format_constants(dtype, fp8_dtype, bool(pow2), float(amax_epsilon))
+        eps_consts[dtype] = tb.format_constants(dtype, fp8_dtype, float(amax_epsilon))
     host = torch.tensor(rows_out, dtype=torch.int64)
     if device.type == "cuda":
         host = host.pin_memory()
@@ -229,7 +229,7 @@ def requantize_mismatch(masters, codes, scales, block_shape=WEIGHT_BLOCK, *, pow
             rows, sub, warps = tiling[layout]
             _requantize_kernel[(programs,)](
                 table, piece, flags, x0.view(tb._RAW[dtype]), q0.view(torch.uint8),
-                s0.view(torch.int32) if s0 is not None else dummy, eps32, begin, ROW=ROW,
+                s0.view(torch.int32) if s0 is not None else dummy, eps32, int(bool(pow2)), begin, ROW=ROW,
                 IN_KIND=tb._IN_KIND[dtype], VEC=16 // x0.element_size(), LAYOUT=layout, EVEN=even, BN=bn, BK=bk,
                 ROWS=rows, SUB=sub, BK_P2=bk2, HW_CAST=hw, num_warps=warps, **consts)
     return flags.view(torch.bool)
