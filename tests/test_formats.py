@@ -222,8 +222,13 @@ def test_sentinel_flags_equal_any_sentinel_per_tensor():
     partial = torch.randn(8, generator=g)
     partial.view(torch.uint8)[1] = 0xFF          # one poison byte is not a poisoned element
     cases = ts + poisoned + [partial]
+    codes = torch.randint(0, 255, (40,), generator=g, dtype=torch.uint8)
+    codes[3] = 0xFE                               # the largest byte short of the poison one
+    cases += [codes.view(torch.float8_e4m3fn), codes.clone().view(torch.float8_e8m0fnu)]
+    cases[-1].view(torch.uint8)[17] = 0xFF        # one-byte elements: one poison byte is a poisoned element
     want = [fb.any_sentinel(t) for t in cases]
-    assert want.count(True) == 5                  # the non-empty poisoned ones
+    assert want == [bool(fb.is_sentinel(t).any()) for t in cases]
+    assert want.count(True) == 6                  # the non-empty poisoned ones
     assert fb.sentinel_flags(t for t in cases) == want
     old = fb.SCAN_CHUNK
     try:

@@ -8,7 +8,7 @@ _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
-    flat = t.detach().reshape(-1)
+    flat = (t.detach() if t.requires_grad else t).reshape(-1)      # the checks call this ~500k times a matrix
     if flat.numel() and flat.stride(0) != 1:
         flat = torch.empty(flat.numel(), dtype=t.dtype, device=t.device).copy_(flat)
     return flat.view(torch.uint8)
@@ -50,22 +50,23 @@ def is_sentinel(t: torch.Tensor) -> torch.Tensor:
 
 
 def _sentinel_flag(t: torch.Tensor) -> torch.Tensor:
-    """0-d bool on t's device, no host sync: some element of t is all poison bytes. Two fast passes: a byte
-    compare, then the largest element of that 0/1 byte mask read as one integer per element (all bytes poison <=>
-    0x01..01, the largest value such an integer can take)."""
+    """0-d bool on t's device, no host sync: some element of t is all poison bytes. One-byte elements: the
+    largest byte is the poison byte (one reduction). Wider ones, two fast passes: a byte compare, then the largest
+    element of that 0/1 byte mask read as one integer per element (all bytes poison <=> 0x01..01, the largest value
+    such an integer can take)."""
     b = as_bytes(t)
-    # on the CPU against a tensor: its kernel for a scalar operand is ~15x slower
-    hit = (b == (torch.full_like(b, SENTINEL) if b.device.type == "cpu" else SENTINEL)).view(torch.uint8)
     size = t.element_size()
     if size == 1:
-        return hit.amax() == 1
+        return b.amax() == SENTINEL
+    # on the CPU against a tensor: its kernel for a scalar operand is ~15x slower
+    hit = (b == (torch.full_like(b, SENTINEL) if b.device.type == "cpu" else SENTINEL)).view(torch.uint8)
     if size in _INT_OF_SIZE:
         return hit.view(_INT_OF_SIZE[size]).amax() == int.from_bytes(b"\x01" * size, "little")
     return is_sentinel(t).any()
 
 
 def any_sentinel(t: torch.Tensor) -> bool:
-    """`is_sentinel(t).any()`, through `_sentinel_flag`'s two fast passes."""
+    """`is_sentinel(t).any()`, through `_sentinel_flag`'s fast passes."""
     return bool(t.numel()) and bool(_sentinel_flag(t))
 
 
