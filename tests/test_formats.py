@@ -143,7 +143,7 @@ def test_float_to_e8m0_matches_oracle(v):
     assert int(float_to_e8m0(torch.tensor([v], dtype=torch.float32))[0]) == e8m0_oracle(v)
 
 
-@given(w=fst.weights(shape=st.tuples(st.integers(1, 40), st.integers(1, 100)), dtypes=(torch.float32,)))
+@given(w=fst.weights(shape=st.tuples(st.integers(1, 40), st.integers(1, 100)), dtypes=(torch.float32, torch.bfloat16)))
 def test_mxfp8_matches_oracle(w):
     q, s = quantize_mxfp8(w)
     x = w.float().numpy()
@@ -157,6 +157,31 @@ def test_mxfp8_matches_oracle(w):
             factor = 1.0 if e == 0 else bits_f32(max(254 - e, 0) << 23)
             want = [e4m3_byte(float(F32(F32(v) * F32(factor)))) for v in blk]
             assert q.view(torch.uint8)[i, j * 32:(j + 1) * 32].tolist() == want
+
+
+@pytest.mark.parametrize("shape, scale_cols", [((5, 64), 2), ((5, 70), 3), ((3, 4, 96), 3), ((5, 64), 3),
+                                               ((5, 64), 1)])
+def test_mxfp8_dequantize_is_each_code_times_its_block_scale(shape, scale_cols):
+    """codes x 2^(e - 127) per element, whole blocks (broadcast in place) or not, experts stacked; a scale grid of
+    another width (a broken sync's) is read as the element-wise expansion reads it, or refused the same way."""
+    from harness.formats import dequantize_mxfp8
+    from harness.formats.blockwise import to_float
+    g = torch.Generator().manual_seed(1)
+    codes = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    scale = torch.randint(100, 140, (*shape[:-1], scale_cols), generator=g, dtype=torch.uint8)
+    scale.view(-1)[0] = 0xFF                                   # E8M0's NaN
+    scale = scale.view(torch.float8_e8m0fnu)
+    k = shape[-1]
+    before = codes.view(torch.uint8).clone()
+    try:
+        want = to_float(codes) * e8m0_to_float(scale).repeat_interleave(32, -1)[..., :k]
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            dequantize_mxfp8(codes, scale)
+        return
+    got = dequantize_mxfp8(codes, scale)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert torch.equal(codes.view(torch.uint8), before)        # the codes were not scaled in place
 
 
 def test_mxfp8_zero_block_byte_and_decode():

@@ -11,7 +11,7 @@ def cast_to_fp8(y: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
     nan = torch.isnan(y)
     if y.device.type != "cpu":      # no host round trip on a GPU (P1's activations: one per GEMM otherwise)
         return q.view(torch.uint8).masked_fill(nan, E4M3_NAN_BYTE).view(fp8_dtype)
-    if bool(nan.any()):
+    if nan.numel() and bool(nan.view(torch.uint8).amax()):   # the mask's bytes: the CPU's bool any is ~20x slower
         qb = q.view(torch.uint8).clone()
         qb[nan] = E4M3_NAN_BYTE
         q = qb.view(fp8_dtype)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..formats import Recipe, dequantize_mxfp8, quantize_mxfp8
-from ..formats.blockwise import dequantize_blockwise
+from ..formats.blockwise import dequantize_blockwise, to_float
 from ..formats.cast import cast_to_fp8
 from ..formats.recipe import blockwise_quantizer
 from ..layouts import is_scale_name, scale_name
@@ -58,13 +58,13 @@ def vllm_act_quant(recipe: Recipe, ue8m0: bool = False) -> ActQuant:
 
     def q(x: torch.Tensor) -> torch.Tensor:
         n, k = x.shape
-        xp = F.pad(x, (0, (-k) % g)).reshape(n, -1, g)
+        xp = (F.pad(x, (0, (-k) % g)) if k % g else x).reshape(n, -1, g)
         amax = xp.abs().amax(-1, keepdim=True).clamp(min=1e-10)
         s = amax / 448.0
         if ue8m0:
             s = torch.exp2(torch.ceil(torch.log2(s)))
         codes = cast_to_fp8(xp / s, recipe.fp8_dtype)
-        return (codes.float() * s).reshape(n, -1)[:, :k]
+        return (to_float(codes) * s).reshape(n, -1)[:, :k]
     return q
 
 
