@@ -1,13 +1,14 @@
 """The fault matrix's speed-ups give the answers they replace: the receiver's digest check beside the sender
-(`_digest_ok`) equals hashing the received bytes, and the reference forwards shared by content (`FORWARDS`) are
-the forwards of the engine they are asked for."""
+(`_digests_ok`, with or without the packing's record) equals hashing the received bytes, and the reference
+forwards shared by content (`FORWARDS`) are the forwards of the engine they are asked for."""
 import torch
 
 from harness.config import recommended_config
 from harness.engines.registry import make_engine
-from harness.sync.payload import digest_matches, tensor_digest
+from harness.sync import transport
+from harness.sync.payload import TensorRecord, digest_matches, dtype_name, payload_from_items, tensor_digest
 from harness.sync.pipeline import run_sync
-from harness.sync.transport import _digest_ok
+from harness.sync.transport import _digests_ok, flipped, pack, unpack
 
 
 def _raw(t):
@@ -28,8 +29,52 @@ def test_digest_check_beside_the_sender_is_the_hash_check():
              (nan, nan.clone(), tensor_digest(nan)),           # NaN bytes compare as bytes
              (a.float().neg().mul(0), a.float().mul(0), tensor_digest(a.float().mul(0)))]   # -0 vs 0
     for got, sent, digest in cases:
-        assert _digest_ok("w", got, _raw(got), digest, {"w": sent}) == digest_matches(got, digest)
-        assert _digest_ok("w", got, _raw(got), digest, None) == digest_matches(got, digest)
+        rec = TensorRecord("w", "hp", dtype_name(got.dtype), tuple(got.shape), None, 1, digest)
+        assert _digests_ok([(rec, got, _raw(got), False)], {"w": sent}) == [digest_matches(got, digest)]
+        assert _digests_ok([(rec, got, _raw(got), False)], None) == [digest_matches(got, digest)]
+
+
+def test_bytes_known_from_the_packing_are_judged_as_hashed_ones(monkeypatch):
+    """Beside the sender, `unpack` skips the byte compare for bytes `pack` copied that nobody wrote since. A bucket
+    written in place, a header pointing elsewhere, a sender tensor written before or after the packing, a bucket
+    rebuilt or given other data: each receive report equals the one from hashing every received tensor."""
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+
+    def fresh():
+        g = torch.Generator().manual_seed(0)
+        sent = payload_from_items(cfg, [(f"w{i}", torch.randn(32, 64, generator=g).bfloat16()) for i in range(4)], 1)
+        return sent, pack(sent, 1 << 20)
+
+    def mismatching(sent, buckets):
+        payload, rep = unpack(buckets, True, sent=sent.tensors)
+        hashed_payload, hashed = unpack(buckets, True, sent=None)
+        assert rep.to_json() == hashed.to_json() and list(payload.tensors) == list(hashed_payload.tensors)
+        return rep.digest_mismatch
+
+    compares = []
+    bytes_equal = transport.bytes_equal
+    monkeypatch.setattr(transport, "bytes_equal", lambda a, b: compares.append(1) or bytes_equal(a, b))
+    assert mismatching(*fresh()) == [] and not compares                # intact: not one byte compared
+    sent, buckets = fresh()
+    buckets[0].data[3] ^= 0x10                           # the bucket written in place after the packing
+    assert mismatching(sent, buckets) == ["w0"]
+    sent, buckets = fresh()
+    recs = buckets[0].header["records"]
+    recs[0]["offset"], recs[1]["offset"] = recs[1]["offset"], recs[0]["offset"]    # the header points elsewhere
+    assert mismatching(sent, buckets) == ["w0", "w1"]
+    sent, buckets = fresh()
+    sent.tensors["w2"].view(torch.int16)[0, 0] ^= 1      # a sender tensor written after the packing
+    assert mismatching(sent, buckets) == []
+    sent, _ = fresh()
+    sent.tensors["w2"].view(torch.int16)[0, 0] ^= 1      # ... and before it: the manifest describes other bytes
+    assert mismatching(sent, pack(sent, 1 << 20)) == ["w2"]
+    sent, buckets = fresh()
+    buckets[0] = flipped(buckets[0], 5, 0x01)            # rebuilt: no packing record
+    assert mismatching(sent, buckets) == ["w0"]
+    sent, buckets = fresh()
+    buckets[0].data = buckets[0].data.clone()
+    buckets[0].data[3] ^= 0x10                           # other data under the bucket
+    assert mismatching(sent, buckets) == ["w0"]
 
 
 def test_shared_forwards_follow_the_engine_state():

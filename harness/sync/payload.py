@@ -68,16 +68,29 @@ def digest_matches(t: torch.Tensor, digest: str) -> bool:
 _DIGESTS: dict = {}
 
 
-def sender_digest(t: torch.Tensor) -> str:
-    """`tensor_digest` memoized by tensor identity for the sender's manifest (the reference trainer's exports
-    are memoized and never written in place). The entry holds a weak reference: it keeps no tensor alive, and a
-    dead tensor's id reused by a new one is recomputed."""
+def _memoized(t: torch.Tensor) -> str | None:
+    """The memo's digest of `t`: the same object (a weak reference: a dead tensor's id reused by a new one misses)
+    and, on the host, the same version counter (a tensor written in place since misses; on a device, where an
+    extension's kernel may write without moving it, identity alone: the trainers' exports are never written)."""
     hit = _DIGESTS.get(id(t))
-    if hit is None or hit[0]() is not t:
-        hit = _DIGESTS[id(t)] = (weakref.ref(t), tensor_digest(t))
+    if hit is None or hit[0]() is not t or (t.device.type == "cpu" and hit[2] != t._version):
+        return None
+    return hit[1]
+
+
+def _keep(t: torch.Tensor, digest: str):
+    _DIGESTS[id(t)] = (weakref.ref(t), digest, t._version)
+
+
+def sender_digest(t: torch.Tensor) -> str:
+    """`tensor_digest` memoized by tensor identity for the sender's manifest (`_memoized`)."""
+    digest = _memoized(t)
+    if digest is None:
+        digest = tensor_digest(t)
+        _keep(t, digest)
         if len(_DIGESTS) > 8192:
             _DIGESTS.pop(next(iter(_DIGESTS)))
-    return hit[1]
+    return digest
 
 
 def sender_digests(tensors: list) -> list[str]:
@@ -86,10 +99,10 @@ def sender_digests(tensors: list) -> list[str]:
     out: list = [None] * len(tensors)
     misses: dict = {}
     for i, t in enumerate(tensors):
-        hit = _DIGESTS.get(id(t))
-        if hit is not None and hit[0]() is t:
-            out[i] = hit[1]
-        elif t.device.type == "cpu":
+        out[i] = _memoized(t)
+        if out[i] is not None:
+            continue
+        if t.device.type == "cpu":
             out[i] = sender_digest(t)
         else:
             misses.setdefault(t.device, []).append(i)
@@ -98,7 +111,7 @@ def sender_digests(tensors: list) -> list[str]:
         for ix in misses.values():
             got = state_digests({i: tensors[i] for i in ix})
             for i in ix:
-                _DIGESTS[id(tensors[i])] = (weakref.ref(tensors[i]), got[i])
+                _keep(tensors[i], got[i])
                 out[i] = got[i]
         while len(_DIGESTS) > 8192:
             _DIGESTS.pop(next(iter(_DIGESTS)))
