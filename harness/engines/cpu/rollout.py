@@ -33,7 +33,7 @@ from ...digest import state_digest
 from ...formats.bytes import poison_
 from ...layouts import (Piece, covers_whole, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
                         weight_of_scale)
-from ...memo import ContentMemo, Memo, nbytes
+from ...memo import ContentMemo, IdentityMemo, Memo, nbytes
 from ...models import LINEAR
 from ...numerics import TRANSFORMS
 from ...numerics.forward import Weights, act_quant, prompts_logprobs
@@ -53,6 +53,9 @@ _INIT_CACHE = Memo(INIT_MEMO_BYTES)
 _DUMMY = Memo(INIT_MEMO_BYTES)
 # the declared post-load transform (UE8M0 requantization) by the content of the module's checkpoint bytes
 _POST_LOAD = ContentMemo(64 << 20)      # a tiny model's modules; at real shapes a few
+# a kernel tensor's state digest by its identity and version counter: every forward key, a sleep, a wake and the
+# capture digest the whole engine, which mostly has not been written since the last time
+_DIGESTS = IdentityMemo(0, max_entries=1 << 14)
 
 
 DUMMY_DRAW = 1 << 22        # dummy values drawn per tensor; a larger tensor repeats them (the values are arbitrary
@@ -510,7 +513,8 @@ class ReferenceRollout(ServingMirror):
                 if want is None or rank_name(n, r, self.tp) in want}
 
     def state_digests(self) -> dict[str, str]:
-        return {rank_name(n, r, self.tp): state_digest(t) for r, ps in enumerate(self._graph) for n, t in ps.items()}
+        return {rank_name(n, r, self.tp): _DIGESTS.get_for("state", (t,), lambda t=t: state_digest(t))
+                for r, ps in enumerate(self._graph) for n, t in ps.items()}
 
     def record(self) -> EngineRecord:
         ptrs = self._ptrs()
