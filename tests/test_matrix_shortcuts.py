@@ -1,9 +1,11 @@
 """The fault matrix's speed-ups give the answers they replace: the receiver's digest check beside the sender
 (`_digests_ok`, with or without the packing's record) equals hashing the received bytes, and the reference
 forwards shared by content (`FORWARDS`) are the forwards of the engine they are asked for."""
+import pytest
 import torch
 
 from harness.config import recommended_config
+from harness.engines.cpu import rollout as rollout_module
 from harness.engines.registry import make_engine
 from harness.sync import transport
 from harness.sync.payload import TensorRecord, digest_matches, dtype_name, payload_from_items, tensor_digest
@@ -77,7 +79,11 @@ def test_bytes_known_from_the_packing_are_judged_as_hashed_ones(monkeypatch):
     assert mismatching(sent, buckets) == ["w0"]
 
 
-def test_shared_forwards_follow_the_engine_state():
+@pytest.mark.parametrize("kept", [True, False])
+def test_shared_forwards_follow_the_engine_state(kept, monkeypatch):
+    """`kept=False`: a state too large to copy is keyed by its digests."""
+    if not kept:
+        monkeypatch.setattr(rollout_module, "STATE_COPY_BYTES", 1 << 20)
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     trainer = make_engine("trainer", "cpu-reference", cfg)
     trainer.optimizer_step()
@@ -85,6 +91,7 @@ def test_shared_forwards_follow_the_engine_state():
     for r in (a, b):
         run_sync(cfg, trainer, r, checks=False, master=False)
     prompts = [[1, 2, 3, 4, 5, 6]]
+    assert isinstance(a._state(), int) == kept              # a number in the memo of states, or the digests
     assert a.forward_key("x") == b.forward_key("x")
     assert torch.equal(a.generate_logprobs(prompts)[0], b.generate_logprobs(prompts)[0])
     with torch.no_grad():                                     # one byte of one kernel tensor changes the key
