@@ -104,3 +104,31 @@ def test_shared_forwards_follow_the_engine_state(kept, monkeypatch):
     greedy = b.greedy([[7, 8, 9, 10]], 4)
     from harness.numerics.sampling import sample
     assert greedy == [sample(cfg.spec, b.hf_weights(), [[7, 8, 9, 10]], 1, 4, temperature=0.0).tokens[0].tolist()]
+
+
+def test_outputs_measured_on_weights_held_once_are_the_engines_forwards():
+    """`measure_outputs` dequantizes the engine's weights once for its decode and its scores: the outputs equal
+    those of an engine that computes each forward alone, a state written while they are held gets its own
+    weights, and nothing is held after."""
+    cfg = recommended_config("tiny-hybrid", "blockwise-fp32")
+    trainer = make_engine("trainer", "cpu-reference", cfg)
+    trainer.optimizer_step()
+    eng = make_engine("rollout", "cpu-reference", cfg)
+    run_sync(cfg, trainer, eng, checks=False, master=False)
+    prompts = [[5, 6, 7, 8, 9], [9, 8, 7, 6, 5]]
+    rollout_module.FORWARDS.clear()
+    out = eng.measure_outputs(prompts, 3)
+    assert eng._held is None
+    W = eng.hf_weights()
+    from harness.numerics.forward import prompts_logprobs
+    from harness.numerics.sampling import sample
+    assert out.greedy == sample(cfg.spec, W, prompts, 1, 3, temperature=0.0).tokens.tolist()
+    assert out.prompt_logprobs == [[float(x) for x in t] for t in prompts_logprobs(cfg.spec, W, prompts)]
+    with eng._weights_held():
+        first = eng._forward_weights()
+        assert eng._forward_weights() is first
+        name = next(n for n in eng._graph[0] if n.endswith("down_proj.weight"))
+        with torch.no_grad():
+            eng._graph[0][name].view(torch.uint8)[0, 0] ^= 1
+        again = eng._forward_weights()
+        assert again is not first and all(torch.equal(again.tensors[n], t) for n, t in eng.hf_weights().tensors.items())

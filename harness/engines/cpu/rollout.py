@@ -184,6 +184,7 @@ class ReferenceRollout(ServingMirror):
         self.generations: list[dict] = []
         self._updating = False
         self._open: _LayerwiseReload | None = None      # the update in progress (start_update .. finish_update)
+        self._held: dict | None = None                  # the forwards' weights while held (`_weights_held`)
         self._init_state(seed)
         self._init_serving(seed)
 
@@ -473,6 +474,25 @@ class ReferenceRollout(ServingMirror):
         fp8 = frozenset(p.src for p in self.layout.vllm[0] if self.param_module(p.dst) in self.fp8_modules)
         return Weights(hf, fp8, act_quant(declared_act_quant(self.config), self.recipe), logit_scale=self.logit_scale)
 
+    @contextmanager
+    def _weights_held(self):
+        """Inside, `_forward_weights` dequantizes once per engine state; after, nothing is kept (at real shapes the
+        FP8 weights in fp32 are four times their bytes)."""
+        self._held = {}
+        try:
+            yield
+        finally:
+            self._held = None
+
+    def _forward_weights(self) -> Weights:
+        held = self._held
+        if held is None:
+            return self.hf_weights()
+        key = self.forward_key()
+        if held.get("key") != key:
+            held.update(key=key, weights=self.hf_weights())
+        return held["weights"]
+
     def forward_key(self, *what) -> tuple:
         """What the reference forward of this engine's kernel tensors depends on, by content: the model, every
         tensor the kernels read (`_state`), which GEMMs run FP8, the activation quantizer, the logit scale.
@@ -496,7 +516,7 @@ class ReferenceRollout(ServingMirror):
         key = self.forward_key("logprobs", tuple(map(tuple, prompts)))
         hit = FORWARDS.lookup(key)
         if hit is None:
-            hit = FORWARDS.put(key, prompts_logprobs(self.config.spec, self.hf_weights(), prompts))   # fresh tensors
+            hit = FORWARDS.put(key, prompts_logprobs(self.config.spec, self._forward_weights(), prompts))  # fresh tensors
         return [t.clone() for t in hit]
 
     serving_dtype = torch.bfloat16        # vLLM runs the model in its torch_dtype

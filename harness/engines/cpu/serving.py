@@ -181,7 +181,7 @@ class ServingMirror:
                 else:
                     self._prefix_cache[key] = hit.tolist()
         if todo:                           # one batched decode per prompt length (rows are independent)
-            W = self.hf_weights()
+            W = self._forward_weights()
             by_len: dict = {}
             for key in todo:
                 by_len.setdefault(len(key[0]), []).append(key)
@@ -192,9 +192,11 @@ class ServingMirror:
         return [list(self._prefix_cache[key]) for key in keys]
 
     def measure_outputs(self, prompts: list[list[int]], max_tokens: int = 8) -> Outputs:
-        """Greedy outputs and prompt log-probs on fixed prompts, kept in the record (the differential's input)."""
-        g = self.greedy(prompts, max_tokens)
-        lp = [[float(x) for x in t] for t in self.generate_logprobs(prompts)]
+        """Greedy outputs and prompt log-probs on fixed prompts, kept in the record (the differential's input); both
+        forwards read the weights dequantized once."""
+        with self._weights_held():
+            g = self.greedy(prompts, max_tokens)
+            lp = [[float(x) for x in t] for t in self.generate_logprobs(prompts)]
         self.outputs = Outputs(g, lp)
         return self.outputs
 
