@@ -185,6 +185,7 @@ class ReferenceRollout(ServingMirror):
         self._updating = False
         self._open: _LayerwiseReload | None = None      # the update in progress (start_update .. finish_update)
         self._held: dict | None = None                  # the forwards' weights while held (`_weights_held`)
+        self._pieces: dict = {}                         # (checkpoint name, source rank) -> its layout pieces
         self._init_state(seed)
         self._init_serving(seed)
 
@@ -316,21 +317,25 @@ class ReferenceRollout(ServingMirror):
         return out
 
     # -- loading -------------------------------------------------------------------------------------------------
-    def _pieces_for(self, name: str, rank: int, rec: UpdateRecord) -> list[Piece]:
+    def _pieces_for(self, name: str, rank: int, rec: UpdateRecord) -> tuple[Piece, ...]:
         """Where a checkpoint tensor goes on one rank; an unknown name is refused, as vLLM's loader does."""
         src_rank = self._shard_rank(name, rank)
-        if is_scale_name(name) and self.layout.per_tensor_engine:
-            pieces = [p for p in self.layout.vllm_load_pieces(src_rank) if p.src == name]
-        elif is_scale_name(name):
-            w = weight_of_scale(name)
-            bn, bk = self.recipe.block_shape
-            pieces = [p.scaled(bn, bk, name, scale_name(p.dst)) for p in self.layout.vllm[src_rank] if p.src == w]
-        else:
-            pieces = [p for p in self.layout.vllm[src_rank] if p.src == name]
+        pieces = self._pieces.get((name, src_rank))
+        if pieces is None:                  # a scan of the layout per tensor: once per engine, not per install
+            pieces = self._pieces[(name, src_rank)] = tuple(self._layout_pieces(name, src_rank))
         if not pieces or any(p.dst not in self.params[rank] for p in pieces):
             rec.errors.append(f"There is no module or parameter named '{name}' in the model")
             raise EngineError(rec.errors[-1])
         return pieces
+
+    def _layout_pieces(self, name: str, src_rank: int) -> list[Piece]:
+        if is_scale_name(name) and self.layout.per_tensor_engine:
+            return [p for p in self.layout.vllm_load_pieces(src_rank) if p.src == name]
+        if is_scale_name(name):
+            w = weight_of_scale(name)
+            bn, bk = self.recipe.block_shape
+            return [p.scaled(bn, bk, name, scale_name(p.dst)) for p in self.layout.vllm[src_rank] if p.src == w]
+        return [p for p in self.layout.vllm[src_rank] if p.src == name]
 
     def _checkpoint_buffer(self, name: str, like: torch.Tensor, whole: bool = False) -> torch.Tensor:
         """A fresh checkpoint-format buffer (uninitialised: poison bytes). Online quant loads BF16 weights.
