@@ -132,3 +132,15 @@ def test_outputs_measured_on_weights_held_once_are_the_engines_forwards():
             eng._graph[0][name].view(torch.uint8)[0, 0] ^= 1
         again = eng._forward_weights()
         assert again is not first and all(torch.equal(again.tensors[n], t) for n, t in eng.hf_weights().tensors.items())
+
+
+def test_hf_masters_are_the_layout_of_the_megatron_masters():
+    """The HF masters, memoized per (model, seed, step), are the layout's map of the Megatron masters there."""
+    from harness.engines.cpu.masters import _sequential, masters_hf
+    for model in ("tiny-dense", "tiny-moe", "tiny-hybrid"):
+        for seed in (0, 3):
+            cfg = recommended_config(model, "blockwise-fp32", seed=seed)
+            for step in (1, 2):
+                want = cfg.layout.megatron_to_hf(_sequential(model, seed, step), with_scales=False)
+                got = masters_hf(cfg, step)
+                assert list(got) == list(want) and all(torch.equal(got[n], want[n]) for n in want), (model, seed, step)

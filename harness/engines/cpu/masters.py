@@ -133,8 +133,19 @@ def masters_hf(config, step: int) -> Mapping[str, torch.Tensor]:
     """The fp32 masters at `step` under HF names (both trainers, CPU and Megatron/TE, hold exactly these)."""
     spec = config.spec
     if spec.weight_init == SEQUENTIAL:
-        return config.layout.megatron_to_hf(_sequential(config.model, config.seed, step), with_scales=False)
+        return dict(_sequential_hf(config.model, config.seed, step))
     return LazyMap([t.name for t in spec.tensors()], lambda n: per_tensor_master(spec, config.seed, step, n))
+
+
+@lru_cache(maxsize=16)
+def _sequential_hf(model: str, seed: int, step: int) -> dict:
+    """`_sequential`'s masters cut into HF tensors (`LayoutMap.megatron_to_hf` without scales, which reads only the
+    model's Megatron pieces), memoized the same way: every sync reads them, and each fused tensor's members are
+    copies. Callers never write them in place."""
+    from ...layouts.megatron import megatron_pieces
+    from ...layouts.pieces import assemble
+    spec = get_model(model)
+    return assemble(megatron_pieces(spec)[0], _sequential(model, seed, step), {t.name: t.shape for t in spec.tensors()})
 
 
 def kv_calibration(config, step: int) -> dict[str, torch.Tensor]:
