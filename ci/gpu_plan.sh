@@ -132,7 +132,7 @@ e2e_part() {    # e2e_part ARM SEED_START SEEDS TIMEOUT: one part of a split liv
 bench_quantize() {
   mkdir -p "$R/bench"; timeout "$(cap 150)" python3 bench/gpu_bench.py --quantize --out "$R/bench/quantize.json" \
     > "$R/bench/quantize.txt" 2>&1
-  log "bench quantize: rc $? $(grep -E '^(triton|TE|te_|clone|digest)' "$R/bench/quantize.txt" | tr '\n' ' ' | cut -c1-900)"
+  log "bench quantize: rc $? $(grep -E '^(clone|te |persist|tile|slices|default|C1|fastest|digest|zero-blk)' "$R/bench/quantize.txt" | tr '\n' ' ' | cut -c1-1500)"
   cp "$R/bench/quantize.json" "$R/bench/quantize.txt" "$(dirname "$R")/" 2>/dev/null
 }
 live_real() {   # live_real MODEL LAYERS FAULT...: `fp8check live` at a real shape on the device path

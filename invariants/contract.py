@@ -52,6 +52,7 @@ def c1_recipe(ctx: CheckContext):
     # every tensor's flag first (on a GPU: one host round trip for all, and no re-quantized copy kept: a flagged
     # tensor is quantized again for its evidence), then the evidence where one is set; a flag known at once (the
     # CPU) keeps its tensors, and the walk stops when the finding cap is certain
+    fused = _fused_flags(ctx)             # on a GPU: every tensor's flag from one pass over the masters
     steps, known = [], 0
     for name in sorted(cfg.trainer_fp8_tensors):
         if known >= 10:
@@ -64,6 +65,10 @@ def c1_recipe(ctx: CheckContext):
                                        f"{list(cfg.layout.hf_shapes[name])}", tensor=name))
             known += 1
             continue
+        if name in fused:
+            steps.append((fused[name], partial(mismatch, name=name, kept=None)))
+            n += 1
+            continue
         q, s = requantized(name)
         got_s = ctx.trainer.get(scale_name(name))
         hit = any_of(differs(q, ctx.trainer[name]), differs(s, got_s) if got_s is not None else False)
@@ -74,6 +79,52 @@ def c1_recipe(ctx: CheckContext):
     if not out and not n:
         return [unknown("C1", "nothing to check: no FP8 weight is in both the master and the trainer snapshot")]
     return out or [passed("C1", f"{n} tensors reproduce under {cfg.recipe.name}")]
+
+
+def _fused_flags(ctx: CheckContext) -> dict:
+    """FP8 weight -> C1's flag from the fused requantize-and-compare kernel (harness.formats.triton_requantize: each
+    master read once, quantized in registers by the quantizer's own rounding, compared with the trainer's codes and
+    scale_inv, nothing written but a flag), for the masters on a GPU with Triton at hand; {} elsewhere (the
+    quantize-then-compare path, whose bytes the kernel equals)."""
+    import torch
+    cfg = ctx.config
+    if cfg.recipe.granularity != "block":
+        return {}
+    names = [n for n in sorted(cfg.trainer_fp8_tensors) if n in ctx.master and n in ctx.trainer
+             and (ctx.master[n].is_cuda or FUSED_ON_CPU) and tuple(ctx.master[n].shape) == tuple(cfg.layout.hf_shapes[n])]
+    if not names:
+        return {}
+    try:
+        from harness.formats import triton_requantize
+        if triton_requantize.triton is None:
+            return {}
+        r = cfg.recipe
+        want = torch.float32 if cfg.trainer.fp8_param else torch.bfloat16
+        flags, batch, made = [], [], 0
+
+        def run():
+            flags.extend(triton_requantize.requantize_mismatch(
+                [m for _, m in batch], [ctx.trainer[n] for n, _ in batch],
+                [ctx.trainer.get(scale_name(n)) for n, _ in batch], tuple(r.block_shape), pow2=r.pow2,
+                amax_epsilon=r.amax_epsilon, fp8_dtype=r.fp8_dtype).unbind())
+        for i, n in enumerate(names):
+            # the dtype C1 quantizes (BF16, or the fp32 master with fp8_param): the bytes depend on it; a cast copy
+            # is held for a bounded batch only
+            m = ctx.master[n]
+            if m.dtype != want:
+                m = m.to(want)
+                made += m.numel() * m.element_size()
+            batch.append((n, m))
+            if made >= CAST_BATCH_BYTES or i == len(names) - 1:
+                run()
+                batch, made = [], 0
+    except (ImportError, ValueError, TypeError):
+        return {}                   # inputs the kernel refuses: the per-tensor path judges them
+    return dict(zip(names, flags))
+
+
+CAST_BATCH_BYTES = 256 << 20
+FUSED_ON_CPU = False        # tests: CPU masters take the fused kernel (Triton's interpreter) instead of the torch path
 
 
 @invariant("C2", "contract", "FP32 scales survive the engine",

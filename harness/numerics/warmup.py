@@ -38,5 +38,11 @@ def warm_kernels(device, recipe=None) -> list[str]:
         for x, block in ((w.bfloat16(), tuple(recipe.block_shape)), (w, tuple(recipe.block_shape)), (w, (1, 128))):
             tb.quantize_blockwise_triton(x, block_shape=block, pow2=pow2, amax_epsilon=eps)
         done.append("quantizer")
+        from ..formats import triton_requantize as tr
+        q, sc = tb.quantize_blockwise_triton(w.bfloat16(), block_shape=tuple(recipe.block_shape), pow2=pow2,
+                                             amax_epsilon=eps)
+        for m in (w.bfloat16(), w):           # C1's master dtypes: BF16, fp32 with fp8_param
+            tr.requantize_mismatch([m], [q], [sc], tuple(recipe.block_shape), pow2=pow2, amax_epsilon=eps)
+        done.append("requantize")
     torch.cuda.synchronize(device)
     return done

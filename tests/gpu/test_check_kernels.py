@@ -86,5 +86,5 @@ def test_zero_block_screen_on_the_gpu():
 def test_kernels_warm_at_start():
     from harness.formats.recipe import get_recipe
     from harness.numerics.warmup import warm_kernels
-    assert warm_kernels("cuda", get_recipe("blockwise-fp32")) == ["digest", "zero_blocks", "quantizer"]
+    assert warm_kernels("cuda", get_recipe("blockwise-fp32")) == ["digest", "zero_blocks", "quantizer", "requantize"]
     assert warm_kernels("cpu") == []
