@@ -41,6 +41,8 @@ def _one_view(wa: torch.Tensor, wb: torch.Tensor) -> bool:
 
 def bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """The same bytes (whatever the dtypes say)."""
+    if a is b:                          # one tensor (a proven parameter read as the trainer's own): no read
+        return True
     wa, wb = _word_pair(a, b)
     if wa.numel() != wb.numel():
         return False
@@ -57,6 +59,8 @@ def differs(a: torch.Tensor, b: torch.Tensor, defer: bool | None = None):
     one GPU a 0-d bool tensor there (compared chunk by chunk: a bounded temporary). `resolve` turns a list of flags
     into bools with one copy per device: at real shapes a check comparing 150 tensors one `torch.equal` at a time
     waits on the GPU 150 times. `defer`: force the tensor flag (True) or the bool (False); default: off the CPU."""
+    if a is b:
+        return False
     if a.shape != b.shape or a.dtype != b.dtype:
         return True
     if defer is None:

@@ -173,7 +173,7 @@ class Assembled:
         n = 1
         for d in self.shape:
             n *= d
-        return n * torch.empty((), dtype=self.dtype, device="meta").element_size()
+        return n * self.dtype.itemsize
 
     def materialize(self) -> torch.Tensor:
         if len(self.pieces) == 1:
@@ -212,7 +212,7 @@ def assembled_digests(targets: dict, sentinels: bool = False) -> dict:
     direct, built = {}, []
     for name, a in targets.items():
         pieces = a.word_pieces() if a.device.type == "cuda" else None
-        es = torch.empty((), dtype=a.dtype, device="meta").element_size()
+        es = a.dtype.itemsize
         if pieces is not None and (not sentinels or es in (1, 2, 4)):
             direct[name] = (a, pieces, es)
         else:

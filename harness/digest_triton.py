@@ -83,27 +83,32 @@ if triton is not None:
         first = tl.load(row + 3)
         k = tl.load(row + 6) + (pid - tl.load(row + 2))
         r = tl.arange(0, BLOCK)
+        # 64-bit arithmetic once per program (word indices pass 2^32 in a 16 GiB tensor); the per-word indices and
+        # the mask in 32 bits: int64 vector math costs several instructions a word
+        start = k * BLOCK
+        shift = start - first                      # the piece's word at this program's position 0
+        words = (n_units + 3) // 4 if KIND == 2 else n_units
+        lo = tl.minimum(tl.maximum(-shift, 0), BLOCK).to(tl.int32)
+        hi = tl.minimum(tl.maximum(words - shift, 0), BLOCK).to(tl.int32)
         if KIND == 0:
             # words [first, first + n_units) at word offset src from p_ptr: all multiples of 4 (the plan's
             # promise), so the loads below are 16-byte vectors
-            adj = tl.multiple_of(src - first, 4)
-            first = tl.multiple_of(first, 4)
-            n_units = tl.multiple_of(n_units, 4)
-            i = k * BLOCK + r
-            valid = (i >= first) & (i < first + n_units)
-            w = tl.load(p_ptr + adj + i, mask=valid, other=0).to(tl.uint32, bitcast=True)
+            lo = tl.multiple_of(lo, 4)
+            hi = tl.multiple_of(hi, 4)
+            valid = (r >= lo) & (r < hi)
+            w = tl.load(p_ptr + tl.multiple_of(src + shift, 4) + r, mask=valid, other=0).to(tl.uint32, bitcast=True)
         elif KIND == 1:
-            rel = k * BLOCK + r - first
-            valid = (rel >= 0) & (rel < n_units)
-            w = tl.load(src.to(tl.pointer_type(tl.int32)) + rel, mask=valid, other=0).to(tl.uint32, bitcast=True)
+            valid = (r >= lo) & (r < hi)
+            w = tl.load(src.to(tl.pointer_type(tl.int32)) + shift + r, mask=valid, other=0).to(tl.uint32,
+                                                                                               bitcast=True)
         else:
-            rel = k * BLOCK + r - first
             lane = tl.arange(0, 4)
-            boff = rel[:, None] * 4 + lane[None, :]
-            ok = (rel[:, None] >= 0) & (boff < n_units)
-            b = tl.load(src.to(tl.pointer_type(tl.uint8)) + boff, mask=ok, other=0).to(tl.uint32)
+            nb = tl.minimum(tl.maximum(n_units - shift * 4, 0), 4 * BLOCK).to(tl.int32)   # bytes left from 0
+            boff = r[:, None] * 4 + lane[None, :]
+            ok = (r[:, None] >= lo) & (boff < nb)
+            b = tl.load(src.to(tl.pointer_type(tl.uint8)) + shift * 4 + boff, mask=ok, other=0).to(tl.uint32)
             w = tl.sum(b << (lane * 8).to(tl.uint32)[None, :], axis=1)      # disjoint bits: sum == or
-            valid = (rel >= 0) & (rel * 4 < n_units)
+            valid = (r >= lo) & (r < hi)
         f = _fmix32(w)
         out = part_ptr + pid * 5
         tl.store(out + 0, _lane(f, p_ptr, r, k, 0, 0x9E3779B9, BLOCK))
@@ -181,10 +186,8 @@ def lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
     zero = [(0, 0, 0, 0)] * len(groups), None if sentinel_sizes is None else [False] * len(groups)
     if not launches:                                         # only empty tensors
         return zero
-    host = torch.tensor(rows, dtype=torch.int64)
-    if device.type == "cuda":
-        host = host.pin_memory()
-    table = host.to(device, non_blocking=True)               # the batch's one host-to-device copy
+    # the batch's one host-to-device copy (a few KiB: pinning it would cost more than the copy)
+    table = torch.tensor(rows, dtype=torch.int64).to(device)
     total = launches[-1][2] + launches[-1][3]
     piece = torch.repeat_interleave(torch.arange(len(rows), device=device), table[:, 5], output_size=total)
     parts = torch.zeros((total, 5), dtype=torch.int32, device=device)

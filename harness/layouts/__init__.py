@@ -153,6 +153,13 @@ class LayoutMap:
         return self.engine_granularity == "tensor"
 
     def vllm_param_shapes(self, rank: int = 0) -> dict[str, tuple]:
+        """Engine parameter (and scale) -> shape on `rank`: made once per map, shared (callers never write it)."""
+        cache = self.__dict__.setdefault("_param_shapes", {})
+        if rank not in cache:
+            cache[rank] = self._make_param_shapes(rank)
+        return cache[rank]
+
+    def _make_param_shapes(self, rank: int) -> dict[str, tuple]:
         shapes = self.vllm_shapes[rank]
         if self.per_tensor_engine:
             return {**shapes, **{scale_name(n): tuple(shapes[n][:-2]) + (1,) for n in self.fp8_vllm}}

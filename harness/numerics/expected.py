@@ -18,11 +18,28 @@ from ..layouts import LayoutError, dst_view, is_scale_name, rank_name, scale_nam
 from .transforms import apply_post_load
 
 
-def _dst_offset(p, shape: tuple, es: int) -> int | None:
-    """Byte offset of the rows a piece fills in a contiguous destination of `shape`, or None where those rows are
-    not one contiguous range of it."""
-    d = dst_view(torch.empty(shape, device="meta"), p)
-    return d.storage_offset() * es if d.is_contiguous() else None
+def _geometry(layout, rank: int) -> dict:
+    """Engine parameter on `rank` -> (its pieces, its shape, the FP8 weight it belongs to or None, per piece (the
+    element offset of the rows it fills, or None where they are not one contiguous range; those rows' shape)):
+    pure data of the layout map, made once per map (a sync only looks its trainer tensors up)."""
+    cache = layout.__dict__.setdefault("_expected_geometry", {})
+    if rank not in cache:
+        shapes = layout.vllm_param_shapes(rank)
+        by_dst: dict[str, list] = {}
+        for p in layout.vllm_load_pieces(rank):
+            by_dst.setdefault(p.dst, []).append(p)
+        out = {}
+        for n, ps in by_dst.items():
+            # a parameter with a scale is FP8 (codes and scale go through the transform together)
+            w = n if scale_name(n) in by_dst else (weight_of_scale(n) if is_scale_name(n) else None)
+            whole = torch.empty(tuple(shapes[n]), device="meta")
+            where = []
+            for p in ps:
+                d = dst_view(whole, p)
+                where.append((d.storage_offset() if d.is_contiguous() else None, tuple(d.shape)))
+            out[n] = (ps, tuple(shapes[n]), w, where)
+        cache[rank] = out
+    return cache[rank]
 
 
 class ExpectedState(Mapping):
@@ -33,18 +50,11 @@ class ExpectedState(Mapping):
     def __init__(self, config, trainer_hf: dict, post_load):
         self.config, self.trainer_hf, self.post_load = config, trainer_hf, post_load
         self.errors: dict[str, str] = {}
-        self._pieces: dict[str, tuple] = {}       # name -> (rank, pieces, shape, fp8 weight or None)
+        self._pieces: dict[str, tuple] = {}       # name -> (rank, pieces, shape, fp8 weight or None, where)
         tp = config.rollout.tp_size
         for r in range(tp):
-            pieces = config.layout.vllm_load_pieces(r)
-            shapes = config.layout.vllm_param_shapes(r)
-            by_dst: dict[str, list] = {}
-            for p in pieces:
-                by_dst.setdefault(p.dst, []).append(p)
-            for n, ps in by_dst.items():
-                # a parameter with a scale is FP8 (codes and scale go through the transform together)
-                w = n if scale_name(n) in by_dst else (weight_of_scale(n) if is_scale_name(n) else None)
-                self._pieces[rank_name(n, r, tp)] = (r, ps, tuple(shapes[n]), w)
+            for n, (ps, shape, w, where) in _geometry(config.layout, r).items():
+                self._pieces[rank_name(n, r, tp)] = (r, ps, shape, w, where)
         self._names = list(self._pieces)
 
     def __iter__(self):
@@ -57,7 +67,7 @@ class ExpectedState(Mapping):
         return name in self._pieces
 
     def transformed(self, name: str) -> bool:
-        r, _, _, w = self._pieces[name]
+        r, _, _, w, _ = self._pieces[name]
         if w is None:
             return False
         pl = self.post_load
@@ -66,14 +76,14 @@ class ExpectedState(Mapping):
 
     def _assemble(self, name: str) -> torch.Tensor:
         from ..layouts import assemble
-        _, ps, shape, _ = self._pieces[name]
+        _, ps, shape, _, _ = self._pieces[name]
         dst = ps[0].dst
         return assemble(ps, self.trainer_hf, {dst: shape})[dst]
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self._pieces:
             raise KeyError(name)
-        r, _, _, w = self._pieces[name]
+        r, _, _, w, _ = self._pieces[name]
         if w is None:
             return self._assemble(name).to(torch.bfloat16)
         tp = self.config.rollout.tp_size
@@ -84,7 +94,7 @@ class ExpectedState(Mapping):
     def described(self, name: str) -> Assembled | None:
         """The parameter as the trainer's tensors at byte offsets, where its bytes are exactly those (no transform,
         every piece of one dtype and a contiguous range); None where it must be built to be known."""
-        _, ps, shape, w = self._pieces[name]
+        _, ps, shape, w, where = self._pieces[name]
         if self.transformed(name):
             return None
         hf = self.trainer_hf
@@ -92,17 +102,13 @@ class ExpectedState(Mapping):
             return None
         # the dtype `assemble` gives it (its first source's; high precision is held as BF16)
         dtype = hf[ps[0].src].dtype if w is not None else torch.bfloat16
-        es = torch.empty((), dtype=dtype, device="meta").element_size()
         out = []
-        for p in ps:
+        for p, (off, rows) in zip(ps, where):
             src = hf[p.src]
             v = src_view(src, p)
-            if src.dtype != dtype or tuple(v.shape) != tuple(dst_view(torch.empty(shape, device="meta"), p).shape):
+            if off is None or src.dtype != dtype or tuple(v.shape) != rows:
                 return None
-            off = _dst_offset(p, shape, es)
-            if off is None:
-                return None
-            out.append((v, off))
+            out.append((v, off * dtype.itemsize))
         return Assembled(shape, dtype, hf[ps[0].src].device, tuple(out))
 
     def digests(self, names, sentinels: bool = False) -> dict:

@@ -128,9 +128,9 @@ def test_quantizer_throughput(tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     rep = mod.bench_quantizers(str(tmp_path / "gpu_quantize.json"))
-    record("quantizer_throughput", **{k: rep[k] for k in ("device", "results", "triton_meets_target",
-                                                           "triton_codes_equal_te")})
-    assert all(rep["triton_codes_equal_te"].values()), rep["triton_codes_equal_te"]
+    record("quantizer_throughput", **{k: rep[k] for k in ("device", "results", "default_variant", "bytes_equal_te")})
+    assert all(c["equal"] for c in rep["bytes_equal_te"].values()), rep["bytes_equal_te"]
+    assert not any(rep["c1_flags_on_correct_bytes"]) and rep["c1_flags_one_bit_flipped_in_last"][-1]
 
 
 def test_recipe_quantize_weight_on_cuda_is_the_reference():
