@@ -137,7 +137,7 @@ def masters_hf(config, step: int) -> Mapping[str, torch.Tensor]:
     return LazyMap([t.name for t in spec.tensors()], lambda n: per_tensor_master(spec, config.seed, step, n))
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=8)
 def _sequential_hf(model: str, seed: int, step: int) -> dict:
     """`_sequential`'s masters cut into HF tensors (`LayoutMap.megatron_to_hf` without scales, which reads only the
     model's Megatron pieces), memoized the same way: every sync reads them, and each fused tensor's members are
