@@ -180,8 +180,13 @@ def torch_bf16():
 
 def _declared_param(cfg: SyncConfig, name: str) -> str:
     """The rank-0 engine parameter an HF FP8 weight lands in (how the engine's declaration names it)."""
-    dst = next(p.dst for p in cfg.layout.vllm[0] if p.src == name)
-    return rank_name(dst, 0, cfg.rollout.tp_size)
+    first = cfg.layout.__dict__.get("_first_destination")
+    if first is None:                   # one pass over the pieces per map, not one per weight (3000 experts)
+        first = {}
+        for p in cfg.layout.vllm[0]:
+            first.setdefault(p.src, p.dst)
+        cfg.layout.__dict__["_first_destination"] = first
+    return rank_name(first[name], 0, cfg.rollout.tp_size)
 
 
 # memo of the declared transform by tensor identity (the entry keeps its inputs alive, so ids stay unique)

@@ -68,7 +68,7 @@ def _kernel_flags(pairs: list, block_shape) -> torch.Tensor:
     out = torch.zeros(len(pairs), dtype=torch.int32, device=device)
     base = torch.zeros(4, dtype=torch.int32, device=device)                # an aligned anchor for word offsets
     for vec in (True, False):
-        rows, progs = [], []
+        rows, progs, total = [], [], 0
         for i, (q, s) in enumerate(pairs):
             if (q.data_ptr() % 16 == 0 and q.shape[1] % 16 == 0) != vec:
                 continue
@@ -76,17 +76,17 @@ def _kernel_flags(pairs: list, block_shape) -> torch.Tensor:
             gn, gk = -(-n // bn), -(-k // bk)
             if gn * gk == 0:
                 continue
-            rows.append([(q.data_ptr() - base.data_ptr()) // 4, s.data_ptr(), n, k // 4, gk,
-                         sum(p for p in progs), i])
+            rows.append([(q.data_ptr() - base.data_ptr()) // 4, s.data_ptr(), n, k // 4, gk, total, i])
             progs.append(gn * gk)
+            total += gn * gk
         if not rows:
             continue
         table = torch.tensor(rows, dtype=torch.int64).to(device)
         prog = torch.repeat_interleave(torch.arange(len(rows), device=device),
-                                       torch.tensor(progs, device=device), output_size=sum(progs))
-        hit = torch.empty(sum(progs), dtype=torch.int32, device=device)
+                                       torch.tensor(progs, device=device), output_size=total)
+        hit = torch.empty(total, dtype=torch.int32, device=device)
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-            _zero_block_kernel[(sum(progs),)](table, prog, hit, base, ROW=ROW, BN=bn, BKW=bk // 4, VEC=vec,
+            _zero_block_kernel[(total,)](table, prog, hit, base, ROW=ROW, BN=bn, BKW=bk // 4, VEC=vec,
                                               num_warps=4)
         out.index_add_(0, table[:, 6][prog], hit)
     return out > 0
