@@ -335,7 +335,7 @@ def diagnose_scale(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
            source="fp8check's own")
 def s3_scales(ctx: CheckContext):
     import torch
-    from harness.bitview import differs, flag
+    from harness.bitview import differs
     from harness.formats import E8M0, is_pow2
     from harness.formats.zero_blocks import wrong_zero_blocks
     out, n_checked, steps = [], 0, []
