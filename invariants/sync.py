@@ -62,11 +62,6 @@ def _fp8_names(ctx: CheckContext) -> list[str]:
     return [t.name for t in ctx.config.spec.tensors() if t.name in ctx.config.fp8_tensors]
 
 
-def expected_kernel(ctx: CheckContext, name: str):
-    """`CheckContext.expected_kernel` (the trainer's codes and scale through the engine's declared transform)."""
-    return ctx.expected_kernel(name)
-
-
 def _layout_params(ctx: CheckContext) -> dict[str, tuple]:
     """Every rank-named parameter (and scale) the layout says the engine holds -> its engine-local shape."""
     cfg = ctx.config
@@ -185,7 +180,7 @@ def s2_codes(ctx: CheckContext):
             steps.append(fail("S2", n, "the engine holds no codes for this weight: " +
                               ctx.rollout_hf_errors.get(n, "not in the rollout"), stage="engine"))
             continue
-        ek = expected_kernel(ctx, n) if scale_name(n) in ctx.trainer else (t, None, False)
+        ek = ctx.expected_kernel(n) if scale_name(n) in ctx.trainer else (t, None, False)
         if ek is None:
             steps.append(unknown("S2", f"trainer codes {list(t.shape)} cannot take the engine's declared post-load "
                                        f"transform (not a block-quantized weight)", tensor=n))
@@ -297,7 +292,7 @@ def _segment_flags(tensors: list, masks) -> list[list]:
         for k, row in enumerate(rows):
             for i, v in zip(ix, row):
                 out[k][i] = v
-    return out if out is not None else [[False] * len(tensors)] * 3
+    return out if out is not None else []          # no tensor: nothing to look up
 
 
 def _scale_values(t: torch.Tensor) -> torch.Tensor:
@@ -383,7 +378,7 @@ def s3_scales(ctx: CheckContext):
                             stage="trainer", index=[int(x) for x in i], value=float(t.float()[tuple(i)]))
             steps.append((zero_blocks[n], zero_block))
         # the engine's declared post-load transform must keep the representable set: values unchanged
-        ek = expected_kernel(ctx, n) if n in ctx.trainer else (None, t, False)
+        ek = ctx.expected_kernel(n) if n in ctx.trainer else (None, t, False)
         if ek is None:
             steps.append(unknown("S3", "trainer codes cannot take the engine's declared post-load transform (see S4)",
                                  tensor=sn))
