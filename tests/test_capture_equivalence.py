@@ -73,3 +73,42 @@ def test_trainer_bytes_that_look_poisoned_are_reported_alike():
     assert [f.tensor for f in s1] == ["model.layers.0.mlp.down_proj.weight"]
     text = lambda fs: [json.dumps(f.to_json(), sort_keys=True, default=str) for f in fs]   # noqa: E731
     assert text(first.findings) == text(full.findings)
+
+
+BACKGROUND = [(None, False), (None, True)] + [
+    (name, False) for name in sorted(FAULTS) if FAULTS[name].stage in ("trainer", "payload", "buckets", "engine")]
+
+
+@pytest.mark.parametrize("name,e8m0", BACKGROUND, ids=[f"{n or 'clean'}{'-e8m0' if e else ''}" for n, e in BACKGROUND])
+def test_expected_digests_begun_before_the_install_find_the_same(name, e8m0, monkeypatch):
+    """The expected digests start before the install (`DigestFirst.begin`, in a thread on the GPU path: here on the
+    CPU through the same thread) with no transform; the capture keeps them where the engine's declared transform
+    leaves a parameter alone and recomputes the rest (vLLM's UE8M0 requantization: every FP8 weight). Same
+    findings as a full read, and the begun digests used."""
+    from dataclasses import replace
+    from harness.sync import capture as capture_mod
+    monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
+    fault = FAULTS[name] if name else None
+    base = recommended_config("tiny-dense", "blockwise-fp32")
+    if e8m0:
+        base = replace(base, rollout=replace(base.rollout, deep_gemm_e8m0=True))
+        assert base.requant_ue8m0
+    results = []
+    for capture in (FullRead(), DigestFirst()):
+        if fault is not None and not fault.applies(base):
+            pytest.skip(f"{name} does not apply")
+        cfg = fault_config(base, fault)
+        try:
+            res, _, _ = reference_sync(cfg, fault=fault, probes=True, capture=capture)
+        except (LookupError, LayoutError, EngineError, ConfigError) as e:
+            results.append((None, f"{e.__class__.__name__}: {e}"))
+            continue
+        results.append((res, [json.dumps(f.to_json(), sort_keys=True, default=str) for f in res.findings]))
+    (_, want), (res, got) = results
+    assert got == want
+    if res is not None:
+        assert "capture.expected_ahead" in res.seconds
+        if fault is None:                     # every parameter proven by its digest: nothing fetched
+            assert res.fetched == 0
+        if e8m0:                              # the transform's parameters were recomputed, the others kept
+            assert res.rollout.meta.post_load.kind == "ue8m0_requant" and res.rollout.meta.post_load.params

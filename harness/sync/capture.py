@@ -42,6 +42,9 @@ class Captured:
 class FullRead:
     name = "full-read"
 
+    def begin(self, config, trainer_hf: dict, poisoned: bool) -> None:
+        """Nothing to start before the install: everything is read after it."""
+
     def capture(self, config, rollout, trainer_hf, record) -> Captured:
         t = rollout.kernel_tensors()
         return Captured(t, len(t), len(t), [])
@@ -74,8 +77,80 @@ class FullRead:
         return sorted(out)
 
 
+class _Ahead:
+    """The expected side of one sync's capture, started before the install (`DigestFirst.begin`): the digests of
+    what a correct sync leaves in every parameter *if the engine's declared transform leaves it alone* -- the
+    trainer's bytes through the layout map, known before the engine is touched. Which parameters the transform
+    rewrites is the engine record's to say, read after the install; the capture recomputes those.
+
+    With the trainer's tensors on a GPU the digests run in a thread on their own CUDA stream, ordered after
+    everything the caller had enqueued (the export): on the device path the install is an RPC to the engine's
+    process, during which this process's host only waits (the GIL is free) and its GPU is idle but for the
+    install's own copies. Elsewhere (CPU tensors: the reference engines install in this process, Python against
+    Python) the same digests are computed when the capture asks for them."""
+
+    def __init__(self, config, trainer_hf: dict, sentinels: bool):
+        self.trainer_hf, self.sentinels = trainer_hf, sentinels
+        self.state = ExpectedState(config, trainer_hf, None)
+        self.seconds = None
+        device = next((t.device for t in trainer_hf.values()), None)
+        self._future = None
+        if device is not None and device.type == "cuda":
+            import torch
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))        # after the export's kernels
+            self._future = _pool().submit(self._run, stream)
+        elif BACKGROUND_ON_CPU:
+            self._future = _pool().submit(self._run)
+
+    def _run(self, stream=None) -> dict:
+        t0 = time.perf_counter()
+        if stream is None:
+            out = self.state.digests(list(self.state), sentinels=self.sentinels)
+        else:
+            import torch
+            with torch.cuda.stream(stream):
+                out = self.state.digests(list(self.state), sentinels=self.sentinels)
+        self.seconds = time.perf_counter() - t0
+        return out
+
+    def result(self) -> dict:
+        return self._future.result() if self._future is not None else self._run()
+
+
+_POOL = []
+BACKGROUND_ON_CPU = False       # tests: the thread on CPU tensors too (what the GPU path does, without a stream)
+
+
+def _pool():
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="fp8check-expected"))
+    return _POOL[0]
+
+
 class DigestFirst:
     name = "digest-first"
+
+    def __init__(self):
+        self._ahead: _Ahead | None = None
+
+    def begin(self, config, trainer_hf: dict, poisoned: bool) -> None:
+        """The pipeline's call before the install: start the expected digests (`_Ahead`)."""
+        try:
+            self._ahead = _Ahead(config, trainer_hf, poisoned)
+        except (LayoutError, KeyError, ValueError, RuntimeError):
+            self._ahead = None              # the capture derives it again and says why not
+
+    def _ahead_digests(self, trainer_hf, sentinels: bool) -> tuple[dict, float | None]:
+        """The digests `begin` started for these trainer tensors ({} where it did not, or they failed)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None or ahead.trainer_hf is not trainer_hf or ahead.sentinels != sentinels:
+            return {}, None
+        try:
+            return ahead.result(), ahead.seconds
+        except (LayoutError, KeyError, ValueError, RuntimeError):
+            return {}, ahead.seconds
 
     def capture(self, config, rollout, trainer_hf, record) -> Captured:
         t0 = time.perf_counter()
@@ -83,9 +158,14 @@ class DigestFirst:
         t1 = time.perf_counter()
         # what a correct sync leaves there, described from the trainer's tensors (digested where they lie, nothing
         # built but a parameter the declared transform rewrites); one batch: on a GPU one host copy in all
+        ahead_s = None
         try:
             expected = ExpectedState(config, trainer_hf, record.post_load)
-            want = expected.digests([k for k in got if k in expected], sentinels=record.poisoned)
+            names = [k for k in got if k in expected]
+            ahead, ahead_s = self._ahead_digests(trainer_hf, record.poisoned)
+            # begun before the install with no transform: valid for every parameter the declared one leaves alone
+            want = {k: ahead[k] for k in names if k in ahead and not expected.transformed(k)}
+            want.update(expected.digests([k for k in names if k not in want], sentinels=record.poisoned))
         except (LayoutError, KeyError, ValueError, RuntimeError):
             expected, want = {}, {}         # the layout itself cannot be built: read everything
         mismatch = sorted(k for k in got if want.get(k, (None,))[0] != got[k])
@@ -101,6 +181,8 @@ class DigestFirst:
         specs = {k: _spec(got[k]) for k in matched}
         proof = DigestProof(matched, [k for k in matched if want[k][1]])
         seconds = {"engine_digests": t1 - t0, "expected_digests": t2 - t1, "fetch": time.perf_counter() - t2}
+        if ahead_s is not None:             # the expected digests' own time, overlapping the install
+            seconds["expected_ahead"] = ahead_s
         return Captured(tensors, len(fetched), len(got), mismatch, seconds, proof=proof, specs=specs)
 
     def fingerprint(self, rollout) -> dict:

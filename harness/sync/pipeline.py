@@ -2,6 +2,9 @@
 
     export -> payload -> buckets -> poison -> install -> capture -> checks
 
+(S1's poison is started right after the export and waited for before the install: an engine in its own process
+fills its parameters while the payload is built. The capture's expected side begins before the install.)
+
 `run_sync` drives one weight sync from any trainer into any rollout engine (the engine protocol: in process or
 behind the remote wrapper), and is the only code that interprets a fault's stage. `fp8check faults`, `snapshot`,
 `bench`, `live`, `preflight --probe`, the end-to-end RL loop and users' `check_sync` all run through it; the one
@@ -119,6 +122,22 @@ def serving_cycle(rollout, knobs: dict, prompts):
         rollout.generate_logprobs(prompts[:1])
 
 
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def start_call(engine, method: str, *args):
+    """`engine.method(*args)` started: through the remote wrapper (`Remote.submit`) it returns at once and the
+    engine works in its own process meanwhile; an engine in this process runs it now. `.result()` waits."""
+    if callable(getattr(type(engine), "submit", None)):     # a class attribute, never a proxy's
+        return engine.submit(method, *args)
+    return _Done(getattr(engine, method)(*args))
+
+
 def builds_engine(fault) -> bool:
     """An engine-stage fault that needs an engine built differently (not knobs on a running one)."""
     return fault is not None and fault.stage == "engine" and not fault.knobs
@@ -158,6 +177,16 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     trainer_hf = trainer.export_hf()
     master_hf = trainer.master_hf() if master else None
     t["export"] = time.perf_counter() - t0
+    if prompts is None:
+        from invariants.probes import prompts_for
+        prompts = prompts_for(config.spec.vocab_size)
+    if stage == "serving":
+        serving_cycle(rollout, fault.knobs, prompts)
+    poisoning = None
+    if poison:                             # S1's sentinel: a check's cost, not the install's; started before the
+        tp = time.perf_counter()           # wire, so that an engine in its own process fills while it is built
+        poisoning = start_call(rollout, "poison")
+        t["poison"] = time.perf_counter() - tp
     tw = time.perf_counter()
     fctx = FaultContext(config, trainer_hf, previous, master_hf if master else trainer.master_hf)
     if stage == "trainer":                               # the learner itself holds these bytes
@@ -181,16 +210,15 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     if naive:
         items = rollout.quantize_online(items)
     knobs = dict(fault.knobs) if stage == "engine" and fault.knobs else None
-    if prompts is None:
-        from invariants.probes import prompts_for
-        prompts = prompts_for(config.spec.vocab_size)
-    if stage == "serving":
-        serving_cycle(rollout, fault.knobs, prompts)
-    if poison:                             # S1's sentinel: a check's cost, not the install's
+    if poisoning is not None:             # the engine filled its parameters while the wire was built
         tp = time.perf_counter()
-        rollout.poison()
-        t["poison"] = time.perf_counter() - tp
+        poisoning.result()
+        t["poison"] += time.perf_counter() - tp
+    # the capture's expected side starts now, from the trainer's bytes alone (it overlaps the install)
+    tb = time.perf_counter()
+    capture.begin(config, trainer_hf, poison)
     t1 = time.perf_counter()
+    begun = t1 - tb                        # the capture's: counted with it below
     try:
         rollout.install(items, version, direct=direct, knobs=knobs)
     except Exception as e:  # noqa: BLE001 - the engine refused; the checks judge the state it left
@@ -199,10 +227,12 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     mem = _cuda_memory()
     t2 = time.perf_counter()
     record: EngineRecord = rollout.record()
+    recorded = time.perf_counter() - t2
     record.poisoned = poison               # before the capture: a digest-first one screens for survivors (S1)
     got: Captured = capture.capture(config, rollout, trainer_hf, record)
-    t["capture"] = time.perf_counter() - t2
+    t["capture"] = time.perf_counter() - t2 + begun
     t.update({f"capture.{k}": v for k, v in got.seconds.items()})
+    t["capture.begin"], t["capture.record"] = begun, recorded
     if not periodic:
         record.resync = Resync(deferred=True)
     elif resync and not errors:
