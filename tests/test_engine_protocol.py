@@ -127,3 +127,16 @@ def test_an_engine_missing_part_of_the_protocol_is_refused():
         register_engine("rollout", "half", Half)
     with pytest.raises(EngineError, match="unknown rollout engine"):
         make_engine("rollout", "nope", recommended_config("tiny-dense", "blockwise-fp32"))
+
+
+def test_a_submitted_call_runs_and_raises_through_its_result():
+    """`Remote.submit` (the pipeline starts S1's poison with it, before the wire) returns a pending call whose
+    result is the engine's and whose failure is an EngineError naming it, like a plain call's."""
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    with Remote("rollout", "dict-engine", cfg) as engine:
+        assert engine.submit("poison").result() is None
+        assert engine.record().poisoned
+        pending = engine.submit("kernel_tensors", ["no.such.parameter"])
+        assert pending.result() == {}
+        with pytest.raises(EngineError, match="no_such_method"):
+            engine.submit("no_such_method").result()

@@ -70,6 +70,19 @@ def start_ray(num_gpus: int | None = None):
     return ray
 
 
+class Pending:
+    """A call `Remote.submit` started."""
+
+    def __init__(self, remote: "Remote", ref):
+        self._remote, self._ref = remote, ref
+
+    def result(self):
+        status, value = self._remote._wait(self._ref)
+        if status == "error":
+            raise EngineError(value)
+        return decode(value)
+
+
 class Remote:
     """An engine behind the wire; attribute access returns its methods as plain synchronous calls."""
 
@@ -138,15 +151,18 @@ class Remote:
         return decode(self._wait(a.get.remote(attr) if self._ray is not None else a.get(attr)))
 
     def _call(self, method, args, kwargs):
+        return self.submit(method, *args, **kwargs).result()
+
+    def submit(self, method: str, *args, **kwargs) -> "Pending":
+        """Start a call and return at once: the engine works in its process while the caller goes on, and
+        `.result()` waits for it (raising what the call raised). One client's calls run in the order submitted
+        (Ray runs an actor's tasks from one caller in that order), so a later call runs after it."""
         if self._actor is None:
             raise EngineError(f"{self.kind} engine {self.name!r} is closed")
         a = self._actor
         enc_a, enc_k = encode(tuple(args), self.ipc), encode(dict(kwargs), self.ipc)
-        status, value = self._wait(a.call.remote(method, enc_a, enc_k) if self._ray is not None
-                                   else a.call(method, enc_a, enc_k))
-        if status == "error":
-            raise EngineError(value)
-        return decode(value)
+        return Pending(self, a.call.remote(method, enc_a, enc_k) if self._ray is not None
+                       else a.call(method, enc_a, enc_k))
 
     def __getattr__(self, method: str):
         if method.startswith("_"):
