@@ -8,11 +8,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
+
 from .errors import ConfigError  # noqa: F401 - raised here, defined with the other input errors
 from .formats import Recipe, RecipeError, get_recipe
 from .models import LINEAR, ModelError, ModelSpec, get_model
 
 SYNC_MODES = ("onpolicy", "naive")
+_LAYOUTS: dict = {}      # SyncConfig.layout's memo: (its arguments) -> (the spec, the map)
 INSTALL_PATHS = ("reload", "load_weights")
 # how the engine gets its FP8 weights: a block-FP8 checkpoint it is synced into as-is; BF16 it quantizes itself,
 # with vLLM's `fp8_per_block` (per_block_cast_to_fp8, 128x128; what verl and NeMo RL ship for BF16 training) or
@@ -329,10 +331,22 @@ class SyncConfig:
 
     @cached_property
     def layout(self):
+        """The layout map, one per distinct set of its arguments in a process: configs rebuilt from their dict
+        (every sync on the device path) share it, and with it what checks and captures derive from it once
+        (`_geometry`, S2's declared parameters), which is pure data of the map."""
         from .layouts import LayoutMap
-        return LayoutMap(self.spec, self.fp8_tensors, self.recipe.block_shape, tp=self.rollout.tp_size,
-                         engine_granularity=self.engine_recipe.granularity, engine_fp8_hf=self.engine_fp8_tensors,
-                         trainer_granularity=self.trainer_recipe.granularity)
+        key = (id(self.spec), self.fp8_tensors, tuple(self.recipe.block_shape), self.rollout.tp_size,
+               self.engine_recipe.granularity, self.engine_fp8_tensors, self.trainer_recipe.granularity)
+        hit = _LAYOUTS.get(key)
+        if hit is not None and hit[0] is self.spec:
+            return hit[1]
+        layout = LayoutMap(self.spec, self.fp8_tensors, self.recipe.block_shape, tp=self.rollout.tp_size,
+                           engine_granularity=self.engine_recipe.granularity, engine_fp8_hf=self.engine_fp8_tensors,
+                           trainer_granularity=self.trainer_recipe.granularity)
+        if len(_LAYOUTS) >= 64:                 # a bounded memo (a fault matrix spans a few dozen)
+            _LAYOUTS.pop(next(iter(_LAYOUTS)))
+        _LAYOUTS[key] = (self.spec, layout)     # the spec held: its id stays its own
+        return layout
 
     def vllm_quantization_config(self) -> dict:
         """What the rollout engine is started with (HF config.json `quantization_config`)."""
