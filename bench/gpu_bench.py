@@ -111,7 +111,7 @@ MODES = {   # name -> (checks_every, resync): the full catalog on every sync, th
 }
 
 
-def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tuple(MODES)):
+def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tuple(MODES), profile: int = 0):
     """K clean syncs per mode (`MODES`): the whole catalog with S7's re-sync, without it, and the per-sync tier a
     run leaves on (LiveSession(checks_every=N)'s syncs between the periodic ones); best of K after the first."""
     from dataclasses import replace
@@ -124,6 +124,7 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tupl
     cfg = replace(cfg, trainer=replace(cfg.trainer, device=True))
     t0 = time.perf_counter()
     rows = {m: [] for m in modes}
+    profiled = None
     with LiveSession(cfg, device=True, num_gpus=0.1, rollout_kwargs={"gpu_memory_utilization": 0.3}) as s:
         start = time.perf_counter() - t0
         for mode in modes:
@@ -136,8 +137,14 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tupl
                 rows[mode].append({"wall": wall, **o.seconds, "fired": o.fired, "unknown": o.unknown,
                                    "fetched": o.fetched, "params": o.params, "deferred": o.extra.get("deferred"),
                                    "payload_bytes": o.extra.get("payload_bytes")})
+        if profile:     # one more sync of the last mode, under cProfile in the trainer's process (not measured)
+            s.step()
+            s.profile = profile
+            o = s.sync("bench profile")
+            s.profile = 0
+            profiled = o.extra.get("profile")
     rate = _copy_rate()
-    res = {"engine_start_seconds": start, "steps": rows, "copy_GBps": rate}
+    res = {"engine_start_seconds": start, "steps": rows, "copy_GBps": rate, "profile": profiled}
     for mode, rs in rows.items():
         best = min(rs[1:] or rs, key=lambda r: r["wall"])
         first = rs[0]
@@ -181,6 +188,8 @@ def main():
     ap.add_argument("--layers", type=int, help="cut models deeper than this to this many layers")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="after the measured syncs, one more of the last mode under cProfile: its top N functions")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     out = {"time": time.time()}
@@ -191,7 +200,7 @@ def main():
             bench_digest(out)
         for m in a.sync:
             try:
-                bench_sync(m, a.layers, a.steps, out, tuple(a.modes.split(",")))
+                bench_sync(m, a.layers, a.steps, out, tuple(a.modes.split(",")), a.profile)
             except Exception as e:  # noqa: BLE001 - report and go on to the next model
                 out.setdefault("errors", {})[m] = f"{e.__class__.__name__}: {e}"
                 print(f"sync      {m}: FAILED {e.__class__.__name__}: {e}")

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 31)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 33)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
@@ -55,6 +55,11 @@
 #      sync and full) and at Qwen3-30B-A3B x 4 (per sync)
 #  30  `fp8check live` at Qwen3-8B x 12 on the device path with the real-shape faults, the sync bench at
 #      Qwen3-30B-A3B x 8 layers, phase `user`
+#  32  the 2026-12-03 (seventh) session: the expected digests begun before the install (a thread on its own stream),
+#      S1's poison started before the wire, one layout map per process: the sync bench at Qwen3-8B x 12 (per sync and
+#      full, one more sync profiled), then `fp8check live` dense with every live fault
+#  33  what no session ran yet: `fp8check live` at Qwen3-8B x 12 on the device path with the real-shape faults, then
+#      the per-sync bench at Qwen3-30B-A3B x 4 (profiled)
 # The device copies the working tree with each call, 64 MiB in all with the carried paths: a staging part is 60 MiB,
 # so the tracked files must stay under 4 MiB during staging (move ci/gpu-results and ci/e2e-results out and back).
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
@@ -147,7 +152,8 @@ live_real() {   # live_real MODEL LAYERS FAULT...: `fp8check live` at a real sha
 }
 bench_sync() {   # bench_sync MODEL: the device sync path, the catalog's share of it (bench/gpu_bench.py --sync)
   mkdir -p "$R/bench"; timeout "$(cap 420)" python3 bench/gpu_bench.py --sync "$1" --layers "${SYNC_LAYERS:-12}" \
-    --modes "${SYNC_MODES:-full,full_without_resync,per_sync}" --out "$R/bench/sync-$1.json" > "$R/bench/sync-$1.txt" 2>&1
+    --modes "${SYNC_MODES:-full,full_without_resync,per_sync}" --profile "${SYNC_PROFILE:-0}" --out "$R/bench/sync-$1.json" \
+    > "$R/bench/sync-$1.txt" 2>&1
   log "bench sync $1: rc $? $(grep -E '^(sync|  )' "$R/bench/sync-$1.txt" | cut -c1-700 | tr '\n' ' ')"
   cp "$R/bench/sync-$1.json" "$R/bench/sync-$1.txt" "$(dirname "$R")/" 2>/dev/null   # beside the archive (2026-12-02: an archive over the size limit came back without them)
 }
@@ -194,7 +200,11 @@ case $CALL in
   31) phase kernels 150; cp "$R/kernels/pytest-kernels.log" "$(dirname "$R")/" 2>/dev/null
       bench_quantize; SYNC_MODES=per_sync,full bench_sync qwen3-8b
       SYNC_LAYERS=4 SYNC_MODES=per_sync bench_sync qwen3-30b-a3b ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 31, got $CALL" >&2; exit 2 ;;
+  32) SYNC_MODES=full,per_sync SYNC_PROFILE=45 bench_sync qwen3-8b; live_cli dense ;;
+  33) live_real qwen3-8b 12 scale_x2_block fp32_scales_rounded_pow2 megatron_qkv_not_deinterleaved rows_shifted_one_block \
+        scale_dropped postprocess_twice stale_layer_unstamped
+      SYNC_LAYERS=4 SYNC_MODES=per_sync SYNC_PROFILE=45 bench_sync qwen3-30b-a3b ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 33, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"

@@ -60,6 +60,7 @@ class LiveSession:
         if checks_every < 1:
             raise ValueError(f"checks_every must be >= 1, got {checks_every}")
         self.checks_every = checks_every
+        self.profile = 0          # bench: the next sync on the device path profiled in the trainer's process (top N)
         self._clean_syncs = 0
         self.config = config
         self.device = device
@@ -131,7 +132,7 @@ class LiveSession:
             "e2e.device:device_sync", self.rollout.handle, self.rollout.name, self.config.to_dict(),
             self.config.spec.to_dict(), fault=fault.name if fault else None, fault_params=fault.params if fault else None,
             naive=naive, direct=direct, probes=probes, probe_bounds=self.probe_bounds, check_ids=check_ids,
-            resync=resync, periodic=periodic)
+            resync=resync, periodic=periodic, profile=self.profile)
         out["findings"] = [Finding(**f) for f in out["findings"]]
         return out
 
@@ -154,7 +155,7 @@ class LiveSession:
             out = SyncOutcome(label, d["version"], d["findings"], d["fetched"], d["params"], d["seconds"],
                               d["errors"][0] if d["errors"] else None, d["probes"])
             out.extra.update(mismatching_params=d["mismatching"], payload_bytes=d["payload_bytes"], path="device",
-                             deferred=d["deferred"])
+                             deferred=d["deferred"], profile=d.get("profile"))
         else:
             cfg = fault_config(self.config, fault)
             res = run_sync(cfg, self.trainer, self.rollout, fault=fault, capture=DigestFirst(),
