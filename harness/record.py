@@ -136,7 +136,8 @@ class EngineRecord:
     storage_moved: list[str] | None = None           # parameters whose storage is not the one captured at start
     unmaterialized: list[str] = field(default_factory=list)   # parameters left on the meta device
     versions: dict[str, list[int]] | None = None     # parameter -> versions written into it
-    updates: list[UpdateRecord] = field(default_factory=list)
+    updates: list[UpdateRecord] = field(default_factory=list)   # the last one (what the checks read: a record
+    #                                                  stays one size however many syncs the engine has taken)
     generations: list[Generation] = field(default_factory=list)   # served since the last update began
     poisoned: bool = False                           # destinations were set to the sentinel before the sync
     online_quant: bool = False                       # the engine quantizes BF16 weights itself (naive sync)

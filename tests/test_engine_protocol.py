@@ -140,3 +140,15 @@ def test_a_submitted_call_runs_and_raises_through_its_result():
         assert pending.result() == {}
         with pytest.raises(EngineError, match="no_such_method"):
             engine.submit("no_such_method").result()
+
+
+def test_the_engine_record_stays_one_size_over_a_run():
+    """A run with checks left on records the engine after every sync: the record carries the last update (what
+    the checks read), not every update since the engine started (it grew with every sync, and crossed the RPC)."""
+    from harness.sync.pipeline import reference_engines, run_sync
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    trainer, rollout = reference_engines(cfg)
+    for step in range(3):
+        trainer.optimizer_step()
+        res = run_sync(cfg, trainer, rollout, checks=False, resync=False)
+        assert len(res.rollout.meta.updates) == 1 and res.rollout.meta.last_update.version == res.version

@@ -350,7 +350,7 @@ class VLLMEngine:
             unmaterialized=sorted(rank_name(n, r, self.tp) for r, inf in enumerate(info) for n, i in inf.items()
                                   if i["meta"]),
             versions=None if self.observe_only else versions_meta(self.versions, self.tp),
-            updates=self._observed_update() if self.observe_only else list(self.updates),
+            updates=self._observed_update() if self.observe_only else self.updates[-1:],
             generations=list(self.generations), post_load=declared_post_load(self.config, fp8, ue8m0),
             act_quant=declared_act_quant(self.config, ue8m0), serving=self.serving_state(),
             observed=self.observe_only)

@@ -568,6 +568,6 @@ class ReferenceRollout(ServingMirror):
             param_dtypes={rank_name(n, r, self.tp): str(t.dtype).removeprefix("torch.")
                           for r, ps in enumerate(self.params) for n, t in ps.items()},
             storage_moved=sorted(n for n in ptrs if ptrs[n] != self.ptrs_at_start.get(n)),
-            versions=versions_meta(self.versions, self.tp), updates=list(self.updates),
+            versions=versions_meta(self.versions, self.tp), updates=self.updates[-1:],
             generations=list(self.generations), poisoned=self.poisoned, post_load=self.post_load,
             act_quant=declared_act_quant(self.config), serving=self.serving_state())
