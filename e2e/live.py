@@ -49,14 +49,20 @@ class LiveSession:
 
     def __init__(self, config: SyncConfig, *, trainer: str = "megatron", rollout: str = "vllm", ray: bool = True,
                  num_gpus: float = 0.1, trainer_kwargs: dict | None = None, rollout_kwargs: dict | None = None,
-                 trainer_engine=None, rollout_engine=None, device: bool = False, checks_every: int = 1):
+                 trainer_engine=None, rollout_engine=None, device: bool = False, checks_every: int = 1,
+                 warm: bool | None = None):
         """`trainer` / `rollout`: registered engine names, started behind the remote wrapper; or pass engines
         already running (`trainer_engine`, `rollout_engine`: anything with the protocol's methods), which the
         session then does not own. `device`: the device sync path (e2e.device): the pipeline runs in the
         trainer's process and the weights travel GPU to GPU (both engines Ray actors on one GPU).
         `checks_every`: checks left on for a whole run: every sync runs the catalog, and one sync in
         `checks_every` (the first, then every `checks_every`-th clean one; a fault sync always) also what costs as
-        much as the sync itself (S7's re-sync, P1, C1: `run_sync(periodic=)`)."""
+        much as the sync itself (S7's re-sync, P1, C1: `run_sync(periodic=)`). `warm` (default: on the device
+        path): one clean sync of the weights the engines started with, checks and all, before the first sync a
+        caller makes (`warmup` holds its outcome): what a first call costs once -- memory the caching allocator
+        grows into, cuBLAS and Triton choosing their kernels for the model's shapes -- is paid at start, so the
+        first sync of a run costs what a later one does (on the H200 the first sync's catalog was 1.4-2.6x a
+        later one's after the checks' kernels were compiled at start)."""
         if checks_every < 1:
             raise ValueError(f"checks_every must be >= 1, got {checks_every}")
         self.checks_every = checks_every
@@ -89,6 +95,14 @@ class LiveSession:
         self.previous_hf = None
         self.probe_bounds = None         # P1 bounds fixed before the run (None: P1 derives them per sync)
         self.last_clean = None
+        self.warmup = None
+        if device if warm is None else warm:
+            try:
+                self.warmup = self.sync("warm-up")
+            except BaseException:
+                self.close()
+                raise
+            self._clean_syncs, self.last_clean = 0, None     # the schedule starts with the caller's first sync
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def close(self):
@@ -196,7 +210,8 @@ def run_live(config: SyncConfig, steps: int, faults: list[str] = (), probes: boo
     s = session or LiveSession(config, **session_kw)
     try:
         report = {"config": config.to_dict(), "start_seconds": round(s.start_seconds, 1), "trainer": s.trainer_info,
-                  "rollout": s.rollout_info, "syncs": [], "faults": []}
+                  "rollout": s.rollout_info, "syncs": [], "faults": [],
+                "warmup": s.warmup.to_json() if s.warmup is not None else None}
         for _ in range(steps):
             s.step()
             report["syncs"].append(s.sync(f"step {s.version}", probes=probes).to_json())

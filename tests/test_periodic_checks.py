@@ -75,3 +75,20 @@ def test_live_session_runs_the_costly_checks_on_its_schedule():
         s.step()
         out = s.sync(fault=FAULTS["scale_x2_block"])          # a fault sync runs everything
         assert "C1" in {f.invariant_id for f in out.findings} and out.extra["deferred"] == []
+
+
+def test_a_warm_session_pays_its_first_sync_at_start_and_keeps_its_schedule():
+    """`LiveSession(warm=True)` (the device path's default) syncs the weights the engines started with, the whole
+    catalog, before the caller's first sync; the schedule of costly checks starts with that first sync."""
+    with LiveSession(CFG, trainer="cpu-reference", rollout="cpu-reference", ray=False, checks_every=2,
+                     warm=True) as s:
+        assert s.warmup is not None and not s.warmup.fired and not s.warmup.unknown
+        assert "P1" in {f.invariant_id for f in s.warmup.findings} and s.last_clean is None
+        periodic = []
+        for _ in range(3):
+            s.step()
+            out = s.sync()
+            periodic.append(out.extra["deferred"] == [])
+        assert periodic == [True, False, True]
+    with LiveSession(CFG, trainer="cpu-reference", rollout="cpu-reference", ray=False) as s:
+        assert s.warmup is None                             # off the device path: no warm-up unless asked
