@@ -104,10 +104,14 @@ def _copy_rate() -> float | None:
         return None
 
 
-MODES = {   # name -> (checks_every, resync): the full catalog on every sync, then checks left on for a run
-    "full": (1, True),
-    "full_without_resync": (1, False),
-    "per_sync": (10 ** 9, True),     # a schedule's cheap syncs: S7's re-sync, P1 and C1 on the periodic ones only
+MODES = {   # name -> (checks_every, resync, catalog): the full catalog on every sync, then checks left on for a run
+    "full": (1, True, True),
+    "full_without_resync": (1, False, True),
+    "per_sync": (10 ** 9, True, True),   # a schedule's cheap syncs: S7's re-sync, P1 and C1 on the periodic ones only
+    # the sync alone (no poison, record, capture or checks): what the catalog adds to a sync's wall time is measured
+    # against it -- the parts above overlap (the expected digests run during the install, S1's poison during the
+    # wire), so a slower install or wire beside them would not show in the catalog's own parts
+    "bare": (1, False, False),
 }
 
 
@@ -131,11 +135,11 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tupl
         # measured below is then a run's first sync
         warm = s.warmup.seconds if s.warmup is not None else None
         for mode in modes:
-            s.checks_every, resync = MODES[mode]
+            s.checks_every, resync, catalog = MODES[mode]
             for i in range(steps):
                 s.step()
                 t = time.perf_counter()
-                o = s.sync(f"bench {mode} {i}", resync=resync)
+                o = s.sync(f"bench {mode} {i}", resync=resync, catalog=catalog)
                 wall = time.perf_counter() - t
                 rows[mode].append({"wall": wall, **o.seconds, "fired": o.fired, "unknown": o.unknown,
                                    "fetched": o.fetched, "params": o.params, "deferred": o.extra.get("deferred"),
@@ -149,7 +153,21 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tupl
     rate = _copy_rate()
     res = {"engine_start_seconds": start, "steps": rows, "copy_GBps": rate, "profile": profiled,
            "warmup": warm}
+    report_sync(name, rows, rate, res)
+    out.setdefault("sync", {})[name] = res
+
+
+def report_sync(name: str, rows: dict, rate: float | None, res: dict):
+    """Print each mode's best sync beside its floors and the sync alone; the figures into `res`."""
+    alone = min(rows["bare"][1:] or rows["bare"], key=lambda r: r["wall"]) if rows.get("bare") else None
+    if alone is not None:
+        res["bare"] = {"best": alone}
+        print(f"sync      {name} (the sync alone): wall {alone['wall']:.3f} s: export {alone['export']:.3f} s, wire "
+              f"{alone['wire']:.3f} s, install {alone['install']:.3f} s (the trainer's RPC and the pipeline's own "
+              f"work the rest); best of {len(rows['bare'][1:] or rows['bare'])}")
     for mode, rs in rows.items():
+        if mode == "bare":
+            continue
         # like with like: a per-sync mode's schedule makes its first sync a periodic one (the full catalog)
         tier = [r for r in rs if bool(r.get("deferred")) == (MODES[mode][0] > 1)] or rs
         best = min(tier[1:] or tier, key=lambda r: r["wall"])
@@ -179,12 +197,19 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tupl
                   f"capture x{best['capture'] / floor:.1f} of it, catalog x{sh['catalog_s'] / floor:.1f}; engine "
                   f"digests {res[mode]['engine_digest_GBps'] or 0:.0f} GB/s = "
                   f"{(res[mode]['engine_digest_GBps'] or 0) / rate:.2f} of the copy rate (RPC included)")
+        if alone is not None:   # what the catalog adds to the sync's wall, overlap and contention included
+            added = best["wall"] - alone["wall"]
+            base = alone["export"] + alone["install"]
+            res[mode]["wall_added_seconds"] = added
+            res[mode]["wall_added_fraction_of_sync"] = added / base if base else None
+            print(f"          wall {best['wall']:.3f} s against the sync alone's {alone['wall']:.3f} s: the catalog adds "
+                  f"{added * 1e3:.1f} ms = {added / base if base else 0:.1%} of the sync alone's export + install "
+                  f"(best against best; the install alone varies by tens of ms from sync to sync)")
         print(f"          {_breakdown(best)}; extra peak: capture {best.get('capture_extra_peak_bytes', 0) / 2**20:.0f} "
               f"MiB, checks {best.get('checks_extra_peak_bytes', 0) / 2**20:.0f} MiB")
     print("          [bounds: install = vLLM's layerwise reload reading IPC-mapped buckets; re-sync = one more "
           "install; capture = digests (one HBM read per side) + an RPC + per-tensor Python; floor: reading the "
           "payload once per side at the measured copy rate]")
-    out.setdefault("sync", {})[name] = res
 
 
 def main():
@@ -193,7 +218,8 @@ def main():
     ap.add_argument("--sync", action="append", default=[])
     ap.add_argument("--layers", type=int, help="cut models deeper than this to this many layers")
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    ap.add_argument("--modes", default="full,full_without_resync,bare,per_sync",
+                    help=f"comma-separated, of {', '.join(MODES)}")
     ap.add_argument("--profile", type=int, default=0,
                     help="after the measured syncs, one more of the last mode under cProfile: its top N functions")
     ap.add_argument("--out", required=True)

@@ -151,7 +151,7 @@ live_real() {   # live_real MODEL LAYERS FAULT...: `fp8check live` at a real sha
   cp "$R/live-real/live-$m-$n.json" "$(dirname "$R")/" 2>/dev/null
 }
 bench_sync() {   # bench_sync MODEL: the device sync path, the catalog's share of it (bench/gpu_bench.py --sync)
-  mkdir -p "$R/bench"; timeout "$(cap 420)" python3 bench/gpu_bench.py --sync "$1" --layers "${SYNC_LAYERS:-12}" \
+  mkdir -p "$R/bench"; timeout "$(cap 420)" python3 bench/gpu_bench.py --sync "$1" --layers "${SYNC_LAYERS:-12}" --steps "${SYNC_STEPS:-3}" \
     --modes "${SYNC_MODES:-full,full_without_resync,per_sync}" --profile "${SYNC_PROFILE:-0}" --out "$R/bench/sync-$1.json" \
     > "$R/bench/sync-$1.txt" 2>&1
   log "bench sync $1: rc $? $(grep -E '^(sync|  )' "$R/bench/sync-$1.txt" | cut -c1-700 | tr '\n' ' ')"
@@ -200,10 +200,10 @@ case $CALL in
   31) phase kernels 150; cp "$R/kernels/pytest-kernels.log" "$(dirname "$R")/" 2>/dev/null
       bench_quantize; SYNC_MODES=per_sync,full bench_sync qwen3-8b
       SYNC_LAYERS=4 SYNC_MODES=per_sync bench_sync qwen3-30b-a3b ;;
-  32) SYNC_MODES=full,per_sync SYNC_PROFILE=45 bench_sync qwen3-8b; live_cli dense ;;
+  32) SYNC_MODES=full,bare,per_sync SYNC_STEPS=5 SYNC_PROFILE=45 bench_sync qwen3-8b; live_cli dense ;;
   33) live_real qwen3-8b 12 scale_x2_block fp32_scales_rounded_pow2 megatron_qkv_not_deinterleaved rows_shifted_one_block \
         scale_dropped postprocess_twice stale_layer_unstamped
-      SYNC_LAYERS=4 SYNC_MODES=per_sync SYNC_PROFILE=45 bench_sync qwen3-30b-a3b ;;
+      SYNC_LAYERS=4 SYNC_MODES=bare,per_sync SYNC_STEPS=4 SYNC_PROFILE=45 bench_sync qwen3-30b-a3b ;;
   *) echo "gpu_plan.sh: CALL must be 1 to 33, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1

@@ -32,7 +32,8 @@ def device_step(trainer) -> int:
 def device_sync(trainer, rollout_handle, rollout_name: str, config_data: dict, spec_data: dict, *,
                 fault: str | None = None, fault_params: dict | None = None, naive: bool = False,
                 direct: bool = False, probes: bool = False, probe_bounds: dict | None = None,
-                check_ids=None, prompts=None, resync: bool = True, periodic: bool = True, profile: int = 0) -> dict:
+                check_ids=None, prompts=None, resync: bool = True, periodic: bool = True, profile: int = 0,
+                catalog: bool = True) -> dict:
     """One sync through the pipeline in the trainer's process; `profile`: with cProfile, its top `profile`
     functions by own and by cumulative time come back as text (bench/gpu_bench.py --profile)."""
     from faults import FAULTS
@@ -48,7 +49,8 @@ def device_sync(trainer, rollout_handle, rollout_name: str, config_data: dict, s
         prof.enable()
     res = run_sync(fault_config(config, f), trainer, rollout, fault=f, capture=DigestFirst(),
                    previous=_STATE.get("previous"), naive=naive, direct=direct, probes=probes,
-                   probe_bounds=probe_bounds, check_ids=check_ids, prompts=prompts, resync=resync, periodic=periodic)
+                   probe_bounds=probe_bounds, check_ids=check_ids, prompts=prompts, resync=resync, periodic=periodic,
+                   catalog=catalog)
     text = None
     if prof is not None:
         import io
@@ -58,7 +60,8 @@ def device_sync(trainer, rollout_handle, rollout_name: str, config_data: dict, s
         for key in ("tottime", "cumulative"):
             pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(int(profile))
         text = buf.getvalue()
-    return {"version": res.version, "findings": [x.to_json() for x in res.findings], "fetched": res.fetched,
+    return {"version": res.version, "findings": [x.to_json() for x in res.findings or []], "fetched": res.fetched,
             "params": res.params, "mismatching": res.mismatching[:20], "seconds": res.seconds,
-            "errors": res.errors, "probes": res.probes, "record": res.rollout.meta.to_json(), "deferred": res.deferred,
+            "errors": res.errors, "probes": res.probes, "deferred": res.deferred,
+            "record": res.rollout.meta.to_json() if res.rollout.meta is not None else None,
             "payload_bytes": sum(t.numel() * t.element_size() for t in res.sent.tensors.values()), "profile": text}

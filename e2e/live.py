@@ -140,32 +140,35 @@ class LiveSession:
         self.version = self.trainer.optimizer_step()
         return self.version
 
-    def _device_sync(self, fault, naive, direct, probes, check_ids, resync=True, periodic=True):
+    def _device_sync(self, fault, naive, direct, probes, check_ids, resync=True, periodic=True, catalog=True):
         from invariants import Finding
         out = self.trainer.run_with_engine(
             "e2e.device:device_sync", self.rollout.handle, self.rollout.name, self.config.to_dict(),
             self.config.spec.to_dict(), fault=fault.name if fault else None, fault_params=fault.params if fault else None,
             naive=naive, direct=direct, probes=probes, probe_bounds=self.probe_bounds, check_ids=check_ids,
-            resync=resync, periodic=periodic, profile=self.profile)
+            resync=resync, periodic=periodic, profile=self.profile, catalog=catalog)
         out["findings"] = [Finding(**f) for f in out["findings"]]
         return out
 
     def sync(self, label: str = "clean", fault=None, naive: bool = False, probes: bool = False, check_ids=None,
-             direct: bool = False, resync: bool = True) -> SyncOutcome:
+             direct: bool = False, resync: bool = True, catalog: bool = True) -> SyncOutcome:
         """One sync of the trainer's current weights through the pipeline, optionally through a fault (it must be
         injectable into these running engines: `Fault.live_injectable`), then the checks. With `probes`, P1 judges
         the engines' own log-probs against a bound it derives for this sync from the trainer's bytes (never from
         an earlier sync's measurement); `probe_bounds`, set before the run, fixes the bounds instead. `resync=False`
         skips S7's idempotence probe (a second install of the same payload: it costs what the install costs), and S7
-        says idempotence was not measured."""
+        says idempotence was not measured. `catalog=False`: the sync alone, nothing checked (a bench's baseline;
+        it does not count in the schedule)."""
         if fault is not None and not fault.live_injectable(self.config, self.rollout.knobs):
             raise LookupError(f"{fault.name}: not injectable into the running engines (needs other engines)")
         probes = probes or (fault is not None and "P1" in fault.declared)    # its catch reads the engines' outputs
+        if not catalog and fault is not None:
+            raise ValueError("a fault sync is checked: catalog=False syncs clean weights only")
         periodic = fault is not None or self._clean_syncs % self.checks_every == 0
-        if fault is None:
+        if fault is None and catalog:
             self._clean_syncs += 1
         if self.device:
-            d = self._device_sync(fault, naive, direct, probes, check_ids, resync, periodic)
+            d = self._device_sync(fault, naive, direct, probes, check_ids, resync, periodic, catalog)
             out = SyncOutcome(label, d["version"], d["findings"], d["fetched"], d["params"], d["seconds"],
                               d["errors"][0] if d["errors"] else None, d["probes"])
             out.extra.update(mismatching_params=d["mismatching"], payload_bytes=d["payload_bytes"], path="device",
@@ -174,10 +177,11 @@ class LiveSession:
             cfg = fault_config(self.config, fault)
             res = run_sync(cfg, self.trainer, self.rollout, fault=fault, capture=DigestFirst(),
                            previous=self.previous_hf, naive=naive, direct=direct, probes=probes,
-                           probe_bounds=self.probe_bounds, check_ids=check_ids, resync=resync, periodic=periodic)
-            if fault is None and not naive and not direct:
+                           probe_bounds=self.probe_bounds, check_ids=check_ids, resync=resync, periodic=periodic,
+                           catalog=catalog)
+            if fault is None and not naive and not direct and catalog:
                 self.last_clean = res                  # what `write_snapshot` records (the engine holds this sync)
-            out = SyncOutcome(label, res.version, res.findings, res.fetched, res.params, res.seconds,
+            out = SyncOutcome(label, res.version, res.findings or [], res.fetched, res.params, res.seconds,
                               res.errors[0] if res.errors else None, res.probes)
             out.extra.update(mismatching_params=res.mismatching[:20], deferred=res.deferred)
         p1 = next((f for f in out.findings if f.invariant_id == "P1"), None)

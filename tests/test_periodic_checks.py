@@ -92,3 +92,18 @@ def test_a_warm_session_pays_its_first_sync_at_start_and_keeps_its_schedule():
         assert periodic == [True, False, True]
     with LiveSession(CFG, trainer="cpu-reference", rollout="cpu-reference", ray=False) as s:
         assert s.warmup is None                             # off the device path: no warm-up unless asked
+
+
+def test_a_sync_alone_is_the_baseline_and_leaves_the_schedule():
+    """`sync(catalog=False)` (the bench's baseline): the weights installed, nothing poisoned, recorded, captured or
+    checked, the schedule of costly checks untouched; a fault sync cannot go unchecked."""
+    with LiveSession(CFG, trainer="cpu-reference", rollout="cpu-reference", ray=False, checks_every=2) as s:
+        s.step()
+        bare = s.sync(catalog=False)
+        assert bare.findings == [] and {"export", "wire", "install"} <= set(bare.seconds)
+        assert not {"poison", "capture", "checks"} & set(bare.seconds)
+        assert not s.rollout.record().poisoned and s.rollout.record().last_update.version == bare.version
+        out = s.sync()                                       # the schedule's first sync: periodic
+        assert out.extra["deferred"] == [] and not out.fired and not out.unknown
+        with pytest.raises(ValueError):
+            s.sync(fault=FAULTS["scale_x2_block"], catalog=False)

@@ -154,7 +154,7 @@ def install_items(received: Payload) -> list:
 def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, previous: dict | None = None,
              poison: bool = True, resync: bool = True, naive: bool = False, direct: bool = False,
              master: bool = True, checks: bool = True, check_ids=None, probes: bool = False, probe_bounds=None,
-             prompts=None, periodic: bool = True) -> SyncResult:
+             prompts=None, periodic: bool = True, catalog: bool = True) -> SyncResult:
     """One sync of the trainer's current weights into `rollout`, then the catalog.
 
     `config`: as `fault_config` returned it (the engines were built from it). `previous`: the trainer's export
@@ -164,7 +164,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     the model's own load_weights. `capture`: FullRead (default) or DigestFirst. `periodic=False`: a schedule's
     cheap sync (checks left on for every sync of a run): what costs as much as the sync itself -- S7's re-sync, the
     periodic invariants (P1's forwards, C1's requantization) -- is left to the periodic syncs and named in
-    `SyncResult.deferred`."""
+    `SyncResult.deferred`. `catalog=False`: the sync alone -- no poison, no record, no capture, no checks -- the
+    baseline a bench measures what the catalog adds against (the catalog overlaps the wire and the install)."""
     if fault is not None and fault.stage not in STAGES:
         raise ValueError(f"fault {fault.name}: unknown stage {fault.stage!r}")
     capture = capture or FullRead()
@@ -183,6 +184,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     if stage == "serving":
         serving_cycle(rollout, fault.knobs, prompts)
     poisoning = None
+    poison = poison and catalog
     if poison:                             # S1's sentinel: a check's cost, not the install's; started before the
         tp = time.perf_counter()           # wire, so that an engine in its own process fills while it is built
         poisoning = start_call(rollout, "poison")
@@ -216,7 +218,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         t["poison"] += time.perf_counter() - tp
     # the capture's expected side starts now, from the trainer's bytes alone (it overlaps the install)
     tb = time.perf_counter()
-    capture.begin(config, trainer_hf, poison)
+    if catalog:
+        capture.begin(config, trainer_hf, poison)
     t1 = time.perf_counter()
     begun = t1 - tb                        # the capture's: counted with it below
     try:
@@ -224,6 +227,11 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     except Exception as e:  # noqa: BLE001 - the engine refused; the checks judge the state it left
         errors.append(f"install: {e}")
     t["install"] = time.perf_counter() - t1
+    if not catalog:
+        res = SyncResult(config, version, sent, received, report, Snapshot("trainer", dict(trainer_hf), trecord),
+                         Snapshot("rollout", {}, None), payload_snapshot(received, report), None, errors)
+        res.seconds = {k: round(v, 4) for k, v in t.items()}
+        return res
     mem = _cuda_memory()
     t2 = time.perf_counter()
     record: EngineRecord = rollout.record()
