@@ -2,7 +2,6 @@
 would cost a device call. The added wall is the mode's best sync against the sync alone's best."""
 import pytest
 
-
 from bench import gpu_bench
 
 
