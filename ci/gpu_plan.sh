@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 33)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 34)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
@@ -60,6 +60,7 @@
 #      full, one more sync profiled), then `fp8check live` dense with every live fault
 #  33  what no session ran yet: `fp8check live` at Qwen3-8B x 12 on the device path with the real-shape faults, then
 #      the per-sync bench at Qwen3-30B-A3B x 4 (profiled)
+#  34  where a per-sync sync's time goes at Qwen3-8B x 12: the sync alone and the per-sync tier, one sync profiled
 # The device copies the working tree with each call, 64 MiB in all with the carried paths: a staging part is 60 MiB,
 # so the tracked files must stay under 4 MiB during staging (move ci/gpu-results and ci/e2e-results out and back).
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
@@ -204,7 +205,8 @@ case $CALL in
   33) live_real qwen3-8b 12 scale_x2_block fp32_scales_rounded_pow2 megatron_qkv_not_deinterleaved rows_shifted_one_block \
         scale_dropped postprocess_twice stale_layer_unstamped
       SYNC_LAYERS=4 SYNC_MODES=bare,per_sync SYNC_STEPS=4 SYNC_PROFILE=45 bench_sync qwen3-30b-a3b ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 33, got $CALL" >&2; exit 2 ;;
+  34) SYNC_MODES=bare,per_sync SYNC_STEPS=4 SYNC_PROFILE=60 bench_sync qwen3-8b ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 34, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"

@@ -232,8 +232,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
                          Snapshot("rollout", {}, None), payload_snapshot(received, report), None, errors)
         res.seconds = {k: round(v, 4) for k, v in t.items()}
         return res
-    mem = _cuda_memory()
     t2 = time.perf_counter()
+    mem = _cuda_memory()
     record: EngineRecord = rollout.record()
     recorded = time.perf_counter() - t2
     record.poisoned = poison               # before the capture: a digest-first one screens for survivors (S1)
@@ -301,7 +301,8 @@ def _cuda_memory():
         import torch
         if not torch.cuda.is_initialized():
             return None
-        torch.cuda.synchronize()
+        # the allocator's counters are the host's: no synchronize (it would wait here, untimed, for the expected
+        # digests the capture began before the install)
         torch.cuda.reset_peak_memory_stats()
         return torch.cuda.memory_allocated()
     except Exception:  # noqa: BLE001 - measuring is optional
