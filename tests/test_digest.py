@@ -377,3 +377,26 @@ def test_sm90_ptx_vector_loads():
     loads = {int(k): v for k, v in json.loads(r.stdout.strip().splitlines()[-1]).items()}
     assert "ld.global.b32" not in loads[0] and loads[0].count("ld.global.v4.b32") > 16, loads[0]   # data + table
     assert loads[1].count("ld.global.v4.b32") == 16 and "ld.global.b32" in loads[1], loads[1]   # table; scalar data
+
+
+def test_a_kept_plan_reads_the_bytes_that_lie_there_now(monkeypatch):
+    """Plans are kept by address, byte count and word offset (an engine's parameters lie at the same addresses
+    sync after sync): a kept plan digests whatever bytes are there when it runs; a strided piece (which `as_bytes`
+    would copy) is never planned for keeps; another address is another plan."""
+    dt, device = _load_kernel()
+    monkeypatch.setattr(dt, "PLANS_OFF_CUDA", True)
+    monkeypatch.setattr(dt, "_PLANS", {})
+    ts = [t.clone() for t in _mixed_batch(18, dt.BLOCK) if t.is_contiguous()]
+    on = [_to(t, device) for t in ts]
+    assert dt.lane_sums_batched(on) == [digest.lane_sums(t) for t in ts] and len(dt._PLANS) == 1
+    big = max(range(len(on)), key=lambda i: on[i].numel())
+    on[big].view(torch.uint8)[5] ^= 0x5A                               # new bytes at the same address
+    ts[big].view(torch.uint8)[5] ^= 0x5A
+    assert dt.lane_sums_batched(on) == [digest.lane_sums(t) for t in ts] and len(dt._PLANS) == 1
+    elsewhere = on[big].clone()                                        # other bytes at another address
+    elsewhere.view(torch.uint8)[7] ^= 0x01
+    ts[big].view(torch.uint8)[7] ^= 0x01
+    moved = on[:big] + [elsewhere] + on[big + 1:]
+    assert dt.lane_sums_batched(moved) == [digest.lane_sums(t) for t in ts] and len(dt._PLANS) == 2
+    strided = _to(torch.randn(8, 64).t(), device)
+    assert dt.lane_sums_batched([strided]) == [digest.lane_sums(strided)] and len(dt._PLANS) == 2
