@@ -65,7 +65,8 @@ def bench_digest(out: dict):
     out["zero_blocks"] = {"bytes": nbytes, "seconds": zb, "GBps": nbytes / zb / 1e9,
                           "over_copy_rate": nbytes / zb / 1e9 / rate if rate else None}
     print(f"zero-blk  {len(pairs)} FP8 weights, {nbytes / 1e9:.2f} GB: {zb * 1e3:.2f} ms = {nbytes / zb / 1e9:.0f} GB/s = "
-          f"{nbytes / zb / 1e9 / (rate or 1):.2f} of the copy rate [bound: one HBM read, one launch, one host copy]")
+          f"{nbytes / zb / 1e9 / (rate or 1):.2f} of the copy rate [bound: a block's first row read (the rest where that "
+          f"row is all zero), one launch, one host copy: launch- and latency-bound, not HBM-bound]")
 
 
 def _share(r: dict) -> dict:

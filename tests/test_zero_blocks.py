@@ -11,7 +11,7 @@ except ImportError:
     from tests.triton_interp import load
 
 
-def _case(n, k, zero_blocks=(), scale_one=(), nan=(), neg_zero=False, seed=0):
+def _case(n, k, zero_blocks=(), scale_one=(), nan=(), neg_zero=False, seed=0, zero_rows=()):
     g = torch.Generator().manual_seed(seed)
     q = (torch.randn(n, k, generator=g) * 50).to(torch.float8_e4m3fn)
     q.view(torch.uint8)[q.view(torch.uint8) & 0x7F == 0] = 0x01        # no accidental zero block
@@ -19,6 +19,8 @@ def _case(n, k, zero_blocks=(), scale_one=(), nan=(), neg_zero=False, seed=0):
     s = torch.rand(gn, gk, generator=g) + 0.5
     for bi, bj in zero_blocks:
         q.view(torch.uint8)[bi * 128:(bi + 1) * 128, bj * 128:(bj + 1) * 128] = 0x80 if neg_zero else 0
+    for bi, bj, rows in zero_rows:            # a block zero but for its last rows (the screen reads on past row 0)
+        q.view(torch.uint8)[bi * 128:bi * 128 + rows, bj * 128:(bj + 1) * 128] = 0x80 if neg_zero else 0
     for bi, bj in scale_one:
         s[bi, bj] = 1.0
     for bi, bj in nan:
@@ -34,12 +36,15 @@ CASES = [
     _case(130, 260, zero_blocks=[(1, 0)], nan=[(1, 0)]),      # NaN scale on a zero block: wrong
     _case(128, 132, nan=[(0, 1)]),                            # NaN scale, block not zero: right; K % 16 != 0
     _case(512, 128, zero_blocks=[(3, 0)], scale_one=[(3, 0)], seed=3),
+    _case(256, 256, zero_rows=[(1, 1, 127)], seed=4),          # first 127 rows zero, the last not: right
+    _case(200, 256, zero_rows=[(1, 0, 71)], neg_zero=True),   # a partial block zero but for its last row: right
+    _case(256, 256, zero_rows=[(0, 1, 127)], zero_blocks=[(1, 0)], seed=5),   # beside a wrong block
 ]
 
 
 def test_reference_rule():
     want = [bool(wrong_zero_blocks(q, s, (128, 128)).any()) for q, s in CASES]
-    assert want == [False, True, False, True, True, False, False]
+    assert want == [False, True, False, True, True, False, False, False, False, True]
     assert [bool(f) for f in zero_block_flags(CASES, (128, 128))] == want
 
 
