@@ -56,6 +56,22 @@ def bench_digest(out: dict):
     print(f"digest    1 GiB fp32: {best * 1e3:.2f} ms = {gbps:.0f} GB/s = {gbps / (rate or gbps):.2f} of the copy rate "
           f"({rate or 0:.0f} GB/s of input); 4-byte-aligned start {out['digest']['unaligned_GBps']:.0f} GB/s; extra "
           f"peak {extra / 2**20:.1f} MiB [bound: one HBM read + per-word integer work]")
+    # blocks a program sums (harness.digest_triton.BLOCKS_PER_PROGRAM): the same sums, another launch shape
+    from harness import digest_triton as dt
+    default, sweep = dt.BLOCKS_PER_PROGRAM, {}
+    want = state_digest(x)
+    try:
+        for g in (1, 2, 4, 8):
+            dt.BLOCKS_PER_PROGRAM = g
+            same = state_digest(x) == want
+            t = _best(lambda: state_digest(x))
+            sweep[g] = {"GBps": x.numel() * 4 / t / 1e9, "same": same}
+    finally:
+        dt.BLOCKS_PER_PROGRAM = default
+    out["digest"]["blocks_per_program"] = {"default": default, **{str(g): v for g, v in sweep.items()}}
+    print("digest    blocks a program sums: " + ", ".join(
+        f"{g}{' [default]' if g == default else ''} {v['GBps']:.0f} GB/s{'' if v['same'] else ' DIFFERENT SUMS'}"
+        for g, v in sweep.items()))
     del x, raw
     shapes = [(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (12288, 4096), (12288, 4096), (4096, 12288)]
     pairs = [(torch.randint(1, 127, s, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn),
@@ -216,6 +232,7 @@ def report_sync(name: str, rows: dict, rate: float | None, res: dict):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quantize", action="store_true")
+    ap.add_argument("--digest", action="store_true", help="the digest and zero-block screen figures alone")
     ap.add_argument("--sync", action="append", default=[])
     ap.add_argument("--layers", type=int, help="cut models deeper than this to this many layers")
     ap.add_argument("--steps", type=int, default=3)
@@ -230,6 +247,8 @@ def main():
         if a.quantize:
             from bench.gpu_quantize import bench_quantizers
             out["quantize"] = bench_quantizers(a.out + ".quantize.json")
+            bench_digest(out)
+        elif a.digest:
             bench_digest(out)
         for m in a.sync:
             try:

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 34)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 36)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
@@ -61,6 +61,11 @@
 #  33  what no session ran yet: `fp8check live` at Qwen3-8B x 12 on the device path with the real-shape faults, then
 #      the per-sync bench at Qwen3-30B-A3B x 4 (profiled)
 #  34  where a per-sync sync's time goes at Qwen3-8B x 12: the sync alone and the per-sync tier, one sync profiled
+#  35  after call 34's profile (the engine record 9.4 ms, engine digests 9.1, S3's zero-block screen 6.4): the check
+#      kernels on the GPU (digest blocks per program, kept plans, the zero-block screen's first-row read), the digest
+#      bench, the sync bench at Qwen3-8B x 12 (full, the sync alone, per sync; profiled), `fp8check live` dense
+#  36  `fp8check live` at Qwen3-8B x 12 on the device path with the real-shape faults, the per-sync bench at
+#      Qwen3-30B-A3B x 4 beside the sync alone (profiled)
 # The device copies the working tree with each call, 64 MiB in all with the carried paths: a staging part is 60 MiB,
 # so the tracked files must stay under 4 MiB during staging (move ci/gpu-results and ci/e2e-results out and back).
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
@@ -144,6 +149,11 @@ bench_quantize() {
   log "bench quantize: rc $? $(grep -E '^(clone|te |persist|tile|slices|default|C1|fastest|digest|zero-blk)' "$R/bench/quantize.txt" | tr '\n' ' ' | cut -c1-1500)"
   cp "$R/bench/quantize.json" "$R/bench/quantize.txt" "$(dirname "$R")/" 2>/dev/null
 }
+bench_digest() {   # the digest (and its blocks-per-program sweep) and the zero-block screen alone
+  mkdir -p "$R/bench"; timeout "$(cap 120)" python3 bench/gpu_bench.py --digest --out "$R/bench/digest.json" \
+    > "$R/bench/digest.txt" 2>&1
+  log "bench digest: rc $? $(grep -E '^(digest|zero-blk)' "$R/bench/digest.txt" | tr '\n' ' ' | cut -c1-900)"
+}
 live_real() {   # live_real MODEL LAYERS FAULT...: `fp8check live` at a real shape on the device path
   local m=$1 n=$2; shift 2; mkdir -p "$R/live-real"
   timeout "$(cap 400)" python3 -m harness live --model "$m" --layers "$n" --recipe blockwise-fp32 --steps 2 \
@@ -206,7 +216,12 @@ case $CALL in
         scale_dropped postprocess_twice stale_layer_unstamped
       SYNC_LAYERS=4 SYNC_MODES=bare,per_sync SYNC_STEPS=4 SYNC_PROFILE=45 bench_sync qwen3-30b-a3b ;;
   34) SYNC_MODES=bare,per_sync SYNC_STEPS=4 SYNC_PROFILE=60 bench_sync qwen3-8b ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 34, got $CALL" >&2; exit 2 ;;
+  35) phase checkkernels 110; bench_digest; SYNC_MODES=full,bare,per_sync SYNC_PROFILE=60 bench_sync qwen3-8b
+      live_cli dense ;;
+  36) live_real qwen3-8b 12 scale_x2_block fp32_scales_rounded_pow2 megatron_qkv_not_deinterleaved rows_shifted_one_block \
+        scale_dropped postprocess_twice stale_layer_unstamped
+      SYNC_LAYERS=4 SYNC_MODES=bare,per_sync SYNC_PROFILE=60 bench_sync qwen3-30b-a3b ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 36, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"

@@ -4,9 +4,9 @@ A pointer table, so that a whole engine's parameters (147 to 3127 tensors) cost 
 Python launches per tensor; and pieces at word offsets, so that a fused parameter's digest is computed from the
 checkpoint tensors it is made of without building it (`harness.digest.assembled_digests`).
 
-Work is cut by the definition's blocks of BLOCK words: a program computes one block's sums for one piece (the
-words of the block that the piece covers; the rest are masked to zero, which fmix32 keeps neutral), multiplies
-them by the block's Q_j and writes one uint32 per lane. The partial sums are added per output tensor on the device
+Work is cut by the definition's blocks of BLOCK words: a program computes BLOCKS_PER_PROGRAM consecutive blocks'
+sums for one piece (the words of each block that the piece covers; the rest, and blocks past the piece's end, are
+masked to zero, which fmix32 keeps neutral), multiplies each by its block's Q_j and writes one uint32 per lane. The partial sums are added per output tensor on the device
 (index_add_ into int64: exact, then mod 2^32) and copied to the host once. P_j comes from a 64 KiB table that
 stays in the cache; its loads cost L1 bandwidth, not arithmetic (hashing every word's position took ~60 integer
 operations a word and ran at ~1.1 TB/s on the H200).
@@ -37,7 +37,8 @@ except ImportError as _e:
     triton = tl = None
     _IMPORT_ERROR = _e
 
-BLOCK = BLOCK_WORDS            # words per program: one block of the definition
+BLOCK = BLOCK_WORDS            # words per block of the definition
+BLOCKS_PER_PROGRAM = 4         # blocks a program sums (a kept plan is for one value: see _plan_key)
 ROW = 7                        # source, units, first program, first word, output, programs, first block
 VEC, WORD, BYTES = 0, 1, 2
 
@@ -56,8 +57,8 @@ if triton is not None:
         p = tl.load(p_ptr + J * BLOCK + r).to(tl.uint32, bitcast=True)
         lo = (k & 0xFFFFFFFF).to(tl.uint32)
         hi = (k >> 32).to(tl.uint32)
-        q = (_fmix32(lo ^ KEY ^ _fmix32(hi ^ KEY)) << 1) | 1          # Q_j[k]: one scalar per program
-        return (tl.sum(f * p, axis=0) * q).to(tl.int32, bitcast=True)
+        q = (_fmix32(lo ^ KEY ^ _fmix32(hi ^ KEY)) << 1) | 1          # Q_j[k]: one scalar per block
+        return tl.sum(f * p, axis=0) * q
 
     @triton.jit
     def _sentinels(w, valid, SENT: tl.constexpr):
@@ -73,21 +74,13 @@ if triton is not None:
         return tl.sum(tl.where(valid, hit, 0), axis=0)
 
     @triton.jit
-    def _table_kernel(table_ptr, piece_ptr, part_ptr, p_ptr, pid0, ROW: tl.constexpr, BLOCK: tl.constexpr,
-                      KIND: tl.constexpr, SENT: tl.constexpr):
-        """Block k of program pid0 + program_id's piece: lane sums of the piece's words in [k*BLOCK, (k+1)*BLOCK)
-        times Q_j[k] (and with SENT, the count of all-0xFF elements of SENT bytes among them)."""
-        pid = pid0 + tl.program_id(0).to(tl.int64)
-        row = table_ptr + tl.load(piece_ptr + pid) * ROW
-        src = tl.load(row)
-        n_units = tl.load(row + 1)
-        first = tl.load(row + 3)
-        k = tl.load(row + 6) + (pid - tl.load(row + 2))
-        r = tl.arange(0, BLOCK)
-        # 64-bit arithmetic once per program (word indices pass 2^32 in a 16 GiB tensor); the per-word indices and
+    def _block(p_ptr, src, n_units, first, k, r, BLOCK: tl.constexpr, KIND: tl.constexpr, SENT: tl.constexpr):
+        """Block k of a piece: its words' lane sums times Q_j[k], and with SENT the count of all-0xFF elements of
+        SENT bytes among them; zero for a block past the piece's end (every word masked)."""
+        # 64-bit arithmetic once per block (word indices pass 2^32 in a 16 GiB tensor); the per-word indices and
         # the mask in 32 bits: int64 vector math costs several instructions a word
         start = k * BLOCK
-        shift = start - first                      # the piece's word at this program's position 0
+        shift = start - first                      # the piece's word at this block's position 0
         words = (n_units + 3) // 4 if KIND == 2 else n_units
         lo = tl.minimum(tl.maximum(-shift, 0), BLOCK).to(tl.int32)
         hi = tl.minimum(tl.maximum(words - shift, 0), BLOCK).to(tl.int32)
@@ -111,13 +104,45 @@ if triton is not None:
             w = tl.sum(b << (lane * 8).to(tl.uint32)[None, :], axis=1)      # disjoint bits: sum == or
             valid = (r >= lo) & (r < hi)
         f = _fmix32(w)
-        out = part_ptr + pid * 5
-        tl.store(out + 0, _lane(f, p_ptr, r, k, 0, 0x9E3779B9, BLOCK))
-        tl.store(out + 1, _lane(f, p_ptr, r, k, 1, 0x85EBCA6B, BLOCK))
-        tl.store(out + 2, _lane(f, p_ptr, r, k, 2, 0xC2B2AE35, BLOCK))
-        tl.store(out + 3, _lane(f, p_ptr, r, k, 3, 0x27D4EB2F, BLOCK))
+        s0 = _lane(f, p_ptr, r, k, 0, 0x9E3779B9, BLOCK)
+        s1 = _lane(f, p_ptr, r, k, 1, 0x85EBCA6B, BLOCK)
+        s2 = _lane(f, p_ptr, r, k, 2, 0xC2B2AE35, BLOCK)
+        s3 = _lane(f, p_ptr, r, k, 3, 0x27D4EB2F, BLOCK)
         if SENT > 0:
-            tl.store(out + 4, _sentinels(w, valid, SENT))
+            c = _sentinels(w, valid, SENT)
+        else:
+            c = 0
+        return s0, s1, s2, s3, c
+
+    @triton.jit
+    def _table_kernel(table_ptr, piece_ptr, part_ptr, p_ptr, pid0, ROW: tl.constexpr, BLOCK: tl.constexpr,
+                      KIND: tl.constexpr, SENT: tl.constexpr, G: tl.constexpr):
+        """Blocks k0 .. k0 + G - 1 of program pid0 + program_id's piece, summed: lane sums of the piece's words in
+        each block times that block's Q_j[k] (and with SENT, the count of all-0xFF elements of SENT bytes). G
+        blocks a program: the table lookups before the first load are paid once for G blocks, and the blocks'
+        loads are independent of each other (the multiplier table's loads are shared: sm90 PTX loads it once)."""
+        pid = pid0 + tl.program_id(0).to(tl.int64)
+        row = table_ptr + tl.load(piece_ptr + pid) * ROW
+        src = tl.load(row)
+        n_units = tl.load(row + 1)
+        first = tl.load(row + 3)
+        k0 = tl.load(row + 6) + (pid - tl.load(row + 2)) * G
+        r = tl.arange(0, BLOCK)
+        s0, s1, s2, s3, c = _block(p_ptr, src, n_units, first, k0, r, BLOCK, KIND, SENT)
+        for g in tl.static_range(1, G):
+            t0, t1, t2, t3, tc = _block(p_ptr, src, n_units, first, k0 + g, r, BLOCK, KIND, SENT)
+            s0 += t0
+            s1 += t1
+            s2 += t2
+            s3 += t3
+            c += tc
+        out = part_ptr + pid * 5
+        tl.store(out + 0, s0.to(tl.int32, bitcast=True))
+        tl.store(out + 1, s1.to(tl.int32, bitcast=True))
+        tl.store(out + 2, s2.to(tl.int32, bitcast=True))
+        tl.store(out + 3, s3.to(tl.int32, bitcast=True))
+        if SENT > 0:
+            tl.store(out + 4, c)
 
 
 def _pieces(b: torch.Tensor, first: int, base_addr: int):
@@ -142,10 +167,11 @@ def _pieces(b: torch.Tensor, first: int, base_addr: int):
 
 
 def _blocks(kind: int, units: int, first: int) -> tuple[int, int]:
-    """(first block, programs) of a piece: the definition's blocks its words touch."""
+    """(first block, programs) of a piece: the definition's blocks its words touch, BLOCKS_PER_PROGRAM a
+    program."""
     words = -(-units // 4) if kind == BYTES else units
     k0 = first // BLOCK
-    return k0, (first + words - 1) // BLOCK - k0 + 1
+    return k0, -(-((first + words - 1) // BLOCK - k0 + 1) // BLOCKS_PER_PROGRAM)
 
 
 def plan(groups: list, sentinel_sizes: list | None = None, base_addr: int = 0):
@@ -189,7 +215,7 @@ def _plan_key(groups: list, sentinel_sizes: list | None, p: torch.Tensor):
     a plan would point at the copy)."""
     if p.device.type != "cuda" and not PLANS_OFF_CUDA:
         return None
-    key = [p.data_ptr(), None if sentinel_sizes is None else tuple(sentinel_sizes)]
+    key = [p.data_ptr(), BLOCKS_PER_PROGRAM, None if sentinel_sizes is None else tuple(sentinel_sizes)]
     for group in groups:
         for t, first in group:
             if not t.is_contiguous():
@@ -233,7 +259,7 @@ def lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         for kind, sent, begin, programs in launches:          # Triton launches on the current device
             _table_kernel[(programs,)](table, piece, parts, p, begin, ROW=ROW, BLOCK=BLOCK, KIND=kind, SENT=sent,
-                                       num_warps=8)
+                                       G=BLOCKS_PER_PROGRAM, num_warps=8)
     wide = parts.to(torch.int64)
     wide[:, :4] &= MASK32                                    # uint32 partials; a sum of < 2^31 of them fits
     sums = torch.zeros((len(groups), 5), dtype=torch.int64, device=device)

@@ -351,8 +351,8 @@ from harness import digest_triton as dt
 out = {}
 for kind in (dt.VEC, dt.WORD, dt.BYTES):
     sig = {"table_ptr": "*i64", "piece_ptr": "*i64", "part_ptr": "*i32", "p_ptr": "*i32", "pid0": "i64",
-           "ROW": "constexpr", "BLOCK": "constexpr", "KIND": "constexpr", "SENT": "constexpr"}
-    const = {"ROW": dt.ROW, "BLOCK": dt.BLOCK, "KIND": kind, "SENT": 1}
+           "ROW": "constexpr", "BLOCK": "constexpr", "KIND": "constexpr", "SENT": "constexpr", "G": "constexpr"}
+    const = {"ROW": dt.ROW, "BLOCK": dt.BLOCK, "KIND": kind, "SENT": 1, "G": dt.BLOCKS_PER_PROGRAM}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}
     k = triton.compile(ASTSource(fn=dt._table_kernel, signature=sig, constexprs=const, attrs=attrs),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
@@ -400,3 +400,20 @@ def test_a_kept_plan_reads_the_bytes_that_lie_there_now(monkeypatch):
     assert dt.lane_sums_batched(moved) == [digest.lane_sums(t) for t in ts] and len(dt._PLANS) == 2
     strided = _to(torch.randn(8, 64).t(), device)
     assert dt.lane_sums_batched([strided]) == [digest.lane_sums(strided)] and len(dt._PLANS) == 2
+
+
+@pytest.mark.parametrize("g", [1, 3])
+def test_any_blocks_per_program_gives_the_same_sums(g, monkeypatch):
+    """A program sums BLOCKS_PER_PROGRAM blocks of a piece (the default above); any count gives the definition's
+    sums: pieces of one to several blocks, starting mid-block, past 2^32 words."""
+    dt, device = _load_kernel()
+    monkeypatch.setattr(dt, "BLOCKS_PER_PROGRAM", g)
+    ts = _mixed_batch(24, dt.BLOCK) + [torch.randn(5 * dt.BLOCK + 3)]
+    on = [_to(t, device) for t in ts]
+    assert dt.lane_sums_batched(on) == [digest.lane_sums(t) for t in ts]
+    big = torch.randn(4 * dt.BLOCK + 9)
+    base = (1 << 32) - 2 * dt.BLOCK - 1000
+    assert dt.lane_sums_batched([_to(big, device)], base_word=base) == [py_lane_sums(py_bytes(big), base)]
+    a, b = torch.randn(3 * dt.BLOCK + 1), torch.randn(dt.BLOCK + 2)       # pieces at word offsets, sentinels
+    sums, hits = dt.lane_sums_pieces([[(_to(a, device), 0), (_to(b, device), 3 * dt.BLOCK + 1)]], [4])
+    assert sums == [digest.lane_sums(torch.cat([a, b]))] and hits == [False]

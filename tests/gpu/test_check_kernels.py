@@ -22,11 +22,29 @@ def _mixed():
             "empty": torch.zeros(0), "scalar": torch.tensor(2.5)}
 
 
-def test_cuda_digests_equal_the_cpu_ones():
+@pytest.mark.parametrize("g", [None, 1, 3])
+def test_cuda_digests_equal_the_cpu_ones(g, monkeypatch):
+    """The default blocks a program sums, and others: the definition's sums whatever the launch shape."""
+    from harness import digest_triton as dt
+    if g is not None:
+        monkeypatch.setattr(dt, "BLOCKS_PER_PROGRAM", g)
     ts = _mixed()
     want = state_digests(ts)
     got = state_digests({n: t.cuda() for n, t in ts.items()})
     assert got == want
+
+
+def test_a_kept_plan_digests_the_bytes_there_now(monkeypatch):
+    """On CUDA plans are kept by address: new bytes at a kept address give the new digest, from the kept plan."""
+    from harness import digest_triton as dt
+    monkeypatch.setattr(dt, "_PLANS", {})
+    ts = {n: t.cuda() for n, t in _mixed().items() if t.is_contiguous()}
+    first = state_digests(ts)
+    assert len(dt._PLANS) == 1
+    ts["aligned"].view(torch.uint8)[123] ^= 0x10
+    second = state_digests(ts)
+    assert len(dt._PLANS) == 1 and second["aligned"] != first["aligned"]
+    assert second == state_digests({n: t.cpu() for n, t in ts.items()})
 
 
 def test_pieces_at_word_offsets_and_sentinels_on_the_gpu():
@@ -69,17 +87,19 @@ def test_zero_block_screen_on_the_gpu():
     g = torch.Generator().manual_seed(1)
     pairs = []
     for n, k, zero, one in [(256, 384, (1, 2), False), (256, 384, (1, 2), True), (200, 136, (1, 1), False),
-                            (512, 4096, None, False), (130, 260, (1, 0), False)]:
+                            (512, 4096, None, False), (130, 260, (1, 0), False), (256, 256, (1, 1, 127), False)]:
         q = (torch.randn(n, k, generator=g) * 50).to(torch.float8_e4m3fn)
         q.view(torch.uint8)[q.view(torch.uint8) & 0x7F == 0] = 1
         s = torch.rand(-(-n // 128), -(-k // 128), generator=g) + 0.5
-        if zero:
-            q.view(torch.uint8)[zero[0] * 128:(zero[0] + 1) * 128, zero[1] * 128:(zero[1] + 1) * 128] = 0x80
+        if zero:             # (block row, block column[, rows]): the block's first rows (all of them by default)
+            rows = zero[2] if len(zero) > 2 else 128
+            q.view(torch.uint8)[zero[0] * 128:zero[0] * 128 + rows, zero[1] * 128:(zero[1] + 1) * 128] = 0x80
             if one:
-                s[zero] = 1.0
+                s[zero[:2]] = 1.0
         pairs.append((q, s))
     want = [bool(wrong_zero_blocks(q, s, (128, 128)).any()) for q, s in pairs]
-    assert want == [True, False, True, False, True]
+    # the last: zero but for its last row (the screen reads on past the first row, and finds it)
+    assert want == [True, False, True, False, True, False]
     assert _kernel_flags([(q.cuda(), s.cuda()) for q, s in pairs], (128, 128)).tolist() == want
 
 
