@@ -45,6 +45,9 @@ class FullRead:
     def begin(self, config, trainer_hf: dict, poisoned: bool) -> None:
         """Nothing to start before the install: everything is read after it."""
 
+    def start_reads(self, rollout, start_call) -> None:
+        """Nothing to start beside the engine's record."""
+
     def capture(self, config, rollout, trainer_hf, record) -> Captured:
         t = rollout.kernel_tensors()
         return Captured(t, len(t), len(t), [])
@@ -134,13 +137,20 @@ class DigestFirst:
 
     def __init__(self):
         self._ahead: _Ahead | None = None
+        self._digesting = None             # the engine's digests, started behind its record (`start_reads`)
 
     def begin(self, config, trainer_hf: dict, poisoned: bool) -> None:
         """The pipeline's call before the install: start the expected digests (`_Ahead`)."""
+        self._digesting = None              # nothing of an earlier sync is read in this one
         try:
             self._ahead = _Ahead(config, trainer_hf, poisoned)
         except (LayoutError, KeyError, ValueError, RuntimeError):
             self._ahead = None              # the capture derives it again and says why not
+
+    def start_reads(self, rollout, start_call) -> None:
+        """The pipeline's call after the install, with the engine's record started: start the engine's digests
+        behind it (a remote engine runs both, in order, for one wait)."""
+        self._digesting = start_call(rollout, "state_digests")
 
     def _ahead_digests(self, trainer_hf, sentinels: bool) -> tuple[dict, float | None]:
         """The digests `begin` started for these trainer tensors ({} where it did not, or they failed)."""
@@ -154,7 +164,8 @@ class DigestFirst:
 
     def capture(self, config, rollout, trainer_hf, record) -> Captured:
         t0 = time.perf_counter()
-        got = rollout.state_digests()
+        digesting, self._digesting = self._digesting, None
+        got = digesting.result() if digesting is not None else rollout.state_digests()
         t1 = time.perf_counter()
         # what a correct sync leaves there, described from the trainer's tensors (digested where they lie, nothing
         # built but a parameter the declared transform rewrites); one batch: on a GPU one host copy in all

@@ -234,7 +234,9 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         return res
     t2 = time.perf_counter()
     mem = _cuda_memory()
-    record: EngineRecord = rollout.record()
+    recording = start_call(rollout, "record")
+    capture.start_reads(rollout, start_call)          # behind the record: one wait for both on a remote engine
+    record: EngineRecord = recording.result()
     recorded = time.perf_counter() - t2
     record.poisoned = poison               # before the capture: a digest-first one screens for survivors (S1)
     got: Captured = capture.capture(config, rollout, trainer_hf, record)
