@@ -15,6 +15,23 @@ from harness.sync.pipeline import DigestFirst, fault_config, run_sync
 _STATE: dict = {}            # per trainer process: the export before the last step (faults mixing versions read it)
 
 
+_CONFIGS: dict = {}          # the config's data (as JSON) -> the config: one object, and its derived sets, per run
+
+
+def _config(data: dict) -> SyncConfig:
+    """The sync's config, the same object for the same data: every sync of a run sends its config as data, and
+    what a config derives once (FP8 sets, the expected wire, the layout's maps) was derived again every sync."""
+    import json
+    key = json.dumps(data, sort_keys=True, default=str)
+    hit = _CONFIGS.get(key)
+    if hit is None:
+        hit = SyncConfig.from_dict(data, "device sync config")
+        if len(_CONFIGS) >= 8:
+            _CONFIGS.pop(next(iter(_CONFIGS)))
+        _CONFIGS[key] = hit
+    return hit
+
+
 def device_warm(trainer, recipe: str) -> list:
     """The checks' kernels compiled in the trainer's process before the first sync (its capture and checks run
     here)."""
@@ -39,7 +56,7 @@ def device_sync(trainer, rollout_handle, rollout_name: str, config_data: dict, s
     from faults import FAULTS
     if spec_data["name"] not in MODELS:
         register_model(ModelSpec.from_dict(spec_data))
-    config = SyncConfig.from_dict(config_data, "device sync config")
+    config = _config(config_data)
     rollout = Remote.attach("rollout", rollout_name, config, rollout_handle, ipc=True)
     f = FAULTS[fault].with_params(**(fault_params or {})) if fault else None
     prof = None
