@@ -38,7 +38,9 @@ except ImportError as _e:
     _IMPORT_ERROR = _e
 
 BLOCK = BLOCK_WORDS            # words per block of the definition
-BLOCKS_PER_PROGRAM = 4         # blocks a program sums (a kept plan is for one value: see _plan_key)
+# blocks a program sums (a kept plan is for one value: see _plan_key). H200, 1 GiB, plans kept (call 35,
+# `bench/gpu_bench.py --digest`): 1 block 1905 GB/s (0.92 of the copy rate), 2: 1265, 4: 1498-1730, 8: 1067
+BLOCKS_PER_PROGRAM = 1
 ROW = 7                        # source, units, first program, first word, output, programs, first block
 VEC, WORD, BYTES = 0, 1, 2
 
@@ -118,9 +120,9 @@ if triton is not None:
     def _table_kernel(table_ptr, piece_ptr, part_ptr, p_ptr, pid0, ROW: tl.constexpr, BLOCK: tl.constexpr,
                       KIND: tl.constexpr, SENT: tl.constexpr, G: tl.constexpr):
         """Blocks k0 .. k0 + G - 1 of program pid0 + program_id's piece, summed: lane sums of the piece's words in
-        each block times that block's Q_j[k] (and with SENT, the count of all-0xFF elements of SENT bytes). G
-        blocks a program: the table lookups before the first load are paid once for G blocks, and the blocks'
-        loads are independent of each other (the multiplier table's loads are shared: sm90 PTX loads it once)."""
+        each block times that block's Q_j[k] (and with SENT, the count of all-0xFF elements of SENT bytes). G > 1
+        pays the table lookups once for G blocks and shares the multiplier table's loads (sm90 PTX loads it once),
+        but measured slower on the H200 than one block a program (BLOCKS_PER_PROGRAM)."""
         pid = pid0 + tl.program_id(0).to(tl.int64)
         row = table_ptr + tl.load(piece_ptr + pid) * ROW
         src = tl.load(row)

@@ -402,10 +402,10 @@ def test_a_kept_plan_reads_the_bytes_that_lie_there_now(monkeypatch):
     assert dt.lane_sums_batched([strided]) == [digest.lane_sums(strided)] and len(dt._PLANS) == 2
 
 
-@pytest.mark.parametrize("g", [1, 3])
+@pytest.mark.parametrize("g", [3, 4])
 def test_any_blocks_per_program_gives_the_same_sums(g, monkeypatch):
-    """A program sums BLOCKS_PER_PROGRAM blocks of a piece (the default above); any count gives the definition's
-    sums: pieces of one to several blocks, starting mid-block, past 2^32 words."""
+    """A program sums BLOCKS_PER_PROGRAM blocks of a piece (one by default, the fastest measured); any count gives
+    the definition's sums: pieces of one to several blocks, starting mid-block, past 2^32 words."""
     dt, device = _load_kernel()
     monkeypatch.setattr(dt, "BLOCKS_PER_PROGRAM", g)
     ts = _mixed_batch(24, dt.BLOCK) + [torch.randn(5 * dt.BLOCK + 3)]
