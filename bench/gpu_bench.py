@@ -174,6 +174,11 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tupl
     out.setdefault("sync", {})[name] = res
 
 
+def _median(xs: list) -> float:
+    xs = sorted(xs)
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+
 def report_sync(name: str, rows: dict, rate: float | None, res: dict):
     """Print each mode's best sync beside its floors and the sync alone; the figures into `res`."""
     alone = min(rows["bare"][1:] or rows["bare"], key=lambda r: r["wall"]) if rows.get("bare") else None
@@ -215,13 +220,16 @@ def report_sync(name: str, rows: dict, rate: float | None, res: dict):
                   f"digests {res[mode]['engine_digest_GBps'] or 0:.0f} GB/s = "
                   f"{(res[mode]['engine_digest_GBps'] or 0) / rate:.2f} of the copy rate (RPC included)")
         if alone is not None:   # what the catalog adds to the sync's wall, overlap and contention included
-            added = best["wall"] - alone["wall"]
-            base = alone["export"] + alone["install"]
+            mine = [r["wall"] for r in (tier[1:] or tier)]
+            theirs = [r["wall"] for r in (rows["bare"][1:] or rows["bare"])]
+            added = _median(mine) - _median(theirs)
+            base = _median([r["export"] + r["install"] for r in (rows["bare"][1:] or rows["bare"])])
             res[mode]["wall_added_seconds"] = added
             res[mode]["wall_added_fraction_of_sync"] = added / base if base else None
-            print(f"          wall {best['wall']:.3f} s against the sync alone's {alone['wall']:.3f} s: the catalog adds "
+            print(f"          wall {_median(mine):.3f} s ({min(mine):.3f}-{max(mine):.3f}) against the sync alone's "
+                  f"{_median(theirs):.3f} s ({min(theirs):.3f}-{max(theirs):.3f}), medians: the catalog adds "
                   f"{added * 1e3:.1f} ms = {added / base if base else 0:.1%} of the sync alone's export + install "
-                  f"(best against best; the install alone varies by tens of ms from sync to sync)")
+                  f"(export, wire and install vary by tens of ms from sync to sync: few samples do not settle it)")
         print(f"          {_breakdown(best)}; extra peak: capture {best.get('capture_extra_peak_bytes', 0) / 2**20:.0f} "
               f"MiB, checks {best.get('checks_extra_peak_bytes', 0) / 2**20:.0f} MiB")
     print("          [bounds: install = vLLM's layerwise reload reading IPC-mapped buckets; re-sync = one more "
