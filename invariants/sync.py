@@ -258,7 +258,7 @@ class _ScaleEncodings:
 def _zero_block_flags(ctx: CheckContext, recipe) -> dict:
     """FP8 weight -> whether some all-zero block of the trainer's codes has a scale_inv other than 1 (TE's rule),
     for every weight the rule applies to, screened at once (`harness.formats.zero_blocks`: one launch on a GPU)."""
-    from harness.bitview import flag
+    from harness.bitview import FlagOf, flag
     from harness.formats.zero_blocks import zero_block_flags
     if recipe.granularity != "block" or recipe.amax_epsilon != 0 or ctx.config.rollout.quantization != "checkpoint":
         return {}
@@ -268,7 +268,8 @@ def _zero_block_flags(ctx: CheckContext, recipe) -> dict:
         if codes is not None and t is not None and codes.dim() == 2 and codes.element_size() == 1 \
                 and tuple(t.shape) == recipe.scale_grid(codes.shape):
             names.append(n)
-    flags = zero_block_flags([(ctx.trainer[n], ctx.trainer[scale_name(n)]) for n in names], recipe.block_shape)
+    flags = zero_block_flags([(ctx.trainer[n], ctx.trainer[scale_name(n)]) for n in names], recipe.block_shape,
+                             flag_of=FlagOf)
     return {n: flag(f) for n, f in zip(names, flags)}
 
 
@@ -278,7 +279,7 @@ def _segment_flags(tensors: list, masks) -> list[list]:
     (the flags of a tensor: `any(m0)`, `any(m1) and not any(m0)`, ...). One concatenation, one reduction per
     mask, per device."""
     import torch
-    from harness.bitview import DEFER_ON_CPU
+    from harness.bitview import DEFER_ON_CPU, FlagOf
     out: list | None = None
     by_device: dict = {}
     for i, t in enumerate(tensors):
@@ -294,7 +295,8 @@ def _segment_flags(tensors: list, masks) -> list[list]:
             h = torch.zeros(len(ix), dtype=torch.int32, device=dev).index_add_(0, seg, m.to(torch.int32)) > 0
             hits.append(h if seen is None else h & ~seen)
             seen = h if seen is None else seen | h
-        rows = [h.tolist() if dev.type == "cpu" and not DEFER_ON_CPU else list(h.unbind()) for h in hits]
+        rows = [h.tolist() if dev.type == "cpu" and not DEFER_ON_CPU else [FlagOf(h, k) for k in range(len(ix))]
+                for h in hits]
         if out is None:
             out = [[False] * len(tensors) for _ in rows]
         for k, row in enumerate(rows):

@@ -164,3 +164,19 @@ def test_segment_flags_per_tensor_and_the_second_only_where_the_first_is_clear()
             bv.DEFER_ON_CPU = old
         assert bad == [False, True, False, False, False, True]
         assert not_pow2 == [False, False, True, True, False, False]
+
+
+def test_vector_element_flags_resolve_with_the_others(monkeypatch):
+    """`FlagOf` (a screen's per-tensor flag: element i of one vector) resolves beside bools and 0-d tensors, one
+    host copy per vector; `flag` keeps it deferred where flags are deferred; `any_of` takes it."""
+    import torch
+    import harness.bitview as bv
+    a, b = torch.tensor([True, False, True]), torch.tensor([False, True])
+    flags = [False, bv.FlagOf(a, 2), torch.tensor(False), bv.FlagOf(b, 0), True, bv.FlagOf(a, 1), bv.FlagOf(b, 1)]
+    assert bv.resolve(flags) == [False, True, False, False, True, False, True]
+    assert bv.flag(bv.FlagOf(a, 0)) is True and bv.flag(bv.FlagOf(b, 0)) is False
+    monkeypatch.setattr(bv, "DEFER_ON_CPU", True)
+    deferred = bv.flag(bv.FlagOf(a, 1))
+    assert isinstance(deferred, bv.FlagOf) and bv.resolve([deferred]) == [False]
+    assert bv.resolve([bv.any_of(bv.FlagOf(a, 1), torch.tensor(False))]) == [False]
+    assert bv.resolve([bv.any_of(bv.FlagOf(a, 1), bv.FlagOf(b, 1))]) == [True]

@@ -54,3 +54,15 @@ def test_kernel_flags_what_the_reference_flags():
     got = zb._kernel_flags(pairs, (128, 128)).tolist()
     assert got == [bool(wrong_zero_blocks(q, s, (128, 128)).any()) for q, s in CASES]
     assert got[1] and not got[0] and not got[2]
+
+
+def test_flags_as_vector_elements_resolve_to_the_reference(monkeypatch):
+    """S3 asks for the kernel's flags as elements of its one vector (`flag_of=FlagOf`: no 0-d tensor per weight);
+    `resolve` gives the reference's verdicts, one host copy for the vector."""
+    from harness.bitview import FlagOf, resolve
+    zb, device = load("harness.formats.zero_blocks")
+    monkeypatch.setattr(zb, "_fits_kernel", lambda q, s, b: True)     # the interpreter's CPU tensors too
+    pairs = [(q.to(device), s.to(device)) for q, s in CASES[:5]]
+    got = zb.zero_block_flags(pairs, (128, 128), flag_of=FlagOf)
+    assert all(isinstance(f, FlagOf) for f in got) and len({id(f.vector) for f in got}) == 1
+    assert resolve(got) == [bool(wrong_zero_blocks(q, s, (128, 128)).any()) for q, s in CASES[:5]]

@@ -100,9 +100,10 @@ def _kernel_flags(pairs: list, block_shape) -> torch.Tensor:
     return out > 0
 
 
-def zero_block_flags(pairs: list, block_shape) -> list:
+def zero_block_flags(pairs: list, block_shape, flag_of=None) -> list:
     """For each (codes, scale_inv) pair, whether some all-zero block has a scale_inv other than 1, as a 0-d bool
-    tensor on the pair's device (no host sync: `harness.bitview.resolve` brings a check's flags over at once)."""
+    tensor on the pair's device (no host sync: `harness.bitview.resolve` brings a check's flags over at once);
+    `flag_of(vector, k)` makes the kernel's flags instead of a 0-d view each (`harness.bitview.FlagOf`)."""
     out: list = [None] * len(pairs)
     kernel = [i for i, (q, s) in enumerate(pairs) if triton is not None and _fits_kernel(q, s, block_shape)]
     by_device: dict = {}
@@ -111,7 +112,7 @@ def zero_block_flags(pairs: list, block_shape) -> list:
     for ix in by_device.values():
         flags = _kernel_flags([pairs[i] for i in ix], block_shape)
         for k, i in enumerate(ix):
-            out[i] = flags[k]
+            out[i] = flag_of(flags, k) if flag_of is not None else flags[k]
     for i, (q, s) in enumerate(pairs):
         if out[i] is None:
             out[i] = wrong_zero_blocks(q, s, block_shape).any()
