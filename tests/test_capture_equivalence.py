@@ -112,3 +112,20 @@ def test_expected_digests_begun_before_the_install_find_the_same(name, e8m0, mon
             assert res.fetched == 0
         if e8m0:                              # the transform's parameters were recomputed, the others kept
             assert res.rollout.meta.post_load.kind == "ue8m0_requant" and res.rollout.meta.post_load.params
+
+
+def test_expected_digests_that_fail_before_the_install_are_computed_in_the_capture(monkeypatch):
+    """A failure of the digests begun before the install (a kernel error, out of memory in the thread) costs time,
+    never a finding: the capture derives every expected digest itself, and a clean sync still proves everything."""
+    from harness.sync import capture as capture_mod
+
+    def broken(self, stream=None):
+        raise RuntimeError("CUDA out of memory (injected)")
+    monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
+    monkeypatch.setattr(capture_mod._Ahead, "_run", broken)
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    full, _, _ = reference_sync(cfg, probes=True, capture=FullRead())
+    first, _, _ = reference_sync(cfg, probes=True, capture=DigestFirst())
+    text = lambda fs: [json.dumps(f.to_json(), sort_keys=True, default=str) for f in fs]   # noqa: E731
+    assert text(first.findings) == text(full.findings) and not first.fired and first.fetched == 0
+    assert "capture.expected_ahead" not in first.seconds
