@@ -85,15 +85,15 @@ class CheckContext:
         coordinates, plus whether a transform applied. The transforms are block-local, so applying one per
         checkpoint tensor equals applying it per fused engine parameter. None when the trainer's tensors cannot
         be transformed (wrong shape: see S4)."""
-        from harness.numerics import apply_post_load
         cache = self.__dict__.setdefault("_expected_kernel", {})
         if name not in cache:
             codes, scale = self.trainer[name], self.trainer[scale_name(name)]
             decl = self.rollout.meta.post_load if self.rollout is not None and self.rollout.meta is not None else None
-            param = _declared_param(self.config, name)
-            if decl is None or param not in decl.params:
-                cache[name] = (codes, scale, False)
+            if decl is None or not decl.params or _declared_param(self.config, name) not in decl.params:
+                cache[name] = (codes, scale, False)     # (the common case: no transform; ~1500 experts a check)
             else:
+                from harness.numerics import apply_post_load
+                param = _declared_param(self.config, name)
                 # by identity and version, CPU only (on a GPU an extension may rewrite a tensor without moving its
                 # version)
                 key = (id(codes), codes._version, id(scale), scale._version, param, decl.kind)
