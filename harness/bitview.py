@@ -95,10 +95,9 @@ class FlagOf:
 def flag(mask_any):
     """A condition computed on a tensor's device (a 0-d bool tensor, or a `FlagOf`) as a flag: a bool at once on the
     CPU (where a host read costs nothing), left on the GPU for `resolve` otherwise."""
-    if isinstance(mask_any, FlagOf):
-        return bool(mask_any.vector[mask_any.index]) if mask_any.device.type == "cpu" and not DEFER_ON_CPU \
-            else mask_any
-    return bool(mask_any) if mask_any.device.type == "cpu" and not DEFER_ON_CPU else mask_any
+    if mask_any.device.type == "cpu" and not DEFER_ON_CPU:
+        return bool(mask_any.reshape(()))
+    return mask_any
 
 
 def any_of(*flags):

@@ -89,11 +89,12 @@ class CheckContext:
         if name not in cache:
             codes, scale = self.trainer[name], self.trainer[scale_name(name)]
             decl = self.rollout.meta.post_load if self.rollout is not None and self.rollout.meta is not None else None
-            if decl is None or not decl.params or _declared_param(self.config, name) not in decl.params:
-                cache[name] = (codes, scale, False)     # (the common case: no transform; ~1500 experts a check)
+            # the common case, no transform declared, before the parameter lookup (~1500 experts a check)
+            param = _declared_param(self.config, name) if decl is not None and decl.params else None
+            if param is None or param not in decl.params:
+                cache[name] = (codes, scale, False)
             else:
                 from harness.numerics import apply_post_load
-                param = _declared_param(self.config, name)
                 # by identity and version, CPU only (on a GPU an extension may rewrite a tensor without moving its
                 # version)
                 key = (id(codes), codes._version, id(scale), scale._version, param, decl.kind)
