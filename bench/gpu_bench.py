@@ -76,13 +76,30 @@ def bench_digest(out: dict):
     shapes = [(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (12288, 4096), (12288, 4096), (4096, 12288)]
     pairs = [(torch.randint(1, 127, s, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn),
               torch.rand(s[0] // 128, s[1] // 128, device="cuda") + 0.5) for s in shapes * 4]
+    pairs[5][0].view(torch.uint8)[128:256, 1280:1408] = 0          # one wrong block (scale != 1): one flag set
     nbytes = sum(q.numel() for q, _ in pairs)
-    zb = _best(lambda: torch.stack([f.reshape(()) for f in zero_block_flags(pairs, (128, 128))]).cpu())
+
+    def screen():
+        return torch.stack([f.reshape(()) for f in zero_block_flags(pairs, (128, 128))]).cpu()
+    from harness.formats import zero_blocks as zbm
+    default, sweep, want = zbm.BLOCKS_PER_PROGRAM, {}, screen()
+    try:     # blocks of a block row a program screens: the same flags, another launch shape
+        for g in (1, 4, 8, 16, 32):
+            zbm.BLOCKS_PER_PROGRAM = g
+            same = torch.equal(screen(), want) and int(want.sum()) == 1
+            sweep[g] = {"seconds": _best(screen), "same": same}
+    finally:
+        zbm.BLOCKS_PER_PROGRAM = default
+    zb = sweep[default]["seconds"]
     out["zero_blocks"] = {"bytes": nbytes, "seconds": zb, "GBps": nbytes / zb / 1e9,
-                          "over_copy_rate": nbytes / zb / 1e9 / rate if rate else None}
+                          "over_copy_rate": nbytes / zb / 1e9 / rate if rate else None,
+                          "blocks_per_program": {"default": default, **{str(g): v for g, v in sweep.items()}}}
     print(f"zero-blk  {len(pairs)} FP8 weights, {nbytes / 1e9:.2f} GB: {zb * 1e3:.2f} ms = {nbytes / zb / 1e9:.0f} GB/s = "
-          f"{nbytes / zb / 1e9 / (rate or 1):.2f} of the copy rate [bound: a block's first row read (the rest where that "
-          f"row is all zero), one launch, one host copy: launch- and latency-bound, not HBM-bound]")
+          f"{nbytes / zb / 1e9 / (rate or 1):.2f} of the copy rate [bound: the blocks' first row read (the rest where "
+          f"that row is all zero), one launch, one host copy: launch- and latency-bound, not HBM-bound]")
+    print("zero-blk  blocks of a row a program screens: " + ", ".join(
+        f"{g}{' [default]' if g == default else ''} {v['seconds'] * 1e3:.2f} ms{'' if v['same'] else ' DIFFERENT FLAGS'}"
+        for g, v in sweep.items()))
 
 
 def _share(r: dict) -> dict:

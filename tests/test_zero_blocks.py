@@ -39,12 +39,17 @@ CASES = [
     _case(256, 256, zero_rows=[(1, 1, 127)], seed=4),          # first 127 rows zero, the last not: right
     _case(200, 256, zero_rows=[(1, 0, 71)], neg_zero=True),   # a partial block zero but for its last row: right
     _case(256, 256, zero_rows=[(0, 1, 127)], zero_blocks=[(1, 0)], seed=5),   # beside a wrong block
+    # wider than one program's run of blocks (harness.formats.zero_blocks.BLOCKS_PER_PROGRAM: 8): the second run
+    _case(256, 128 * 11, zero_blocks=[(1, 9)], seed=6),                    # a wrong block in a partial second run
+    _case(384, 128 * 10, zero_rows=[(2, 8, 127)], seed=7),                 # the rest read in the second run: right
+    _case(256, 128 * 9 + 4, zero_blocks=[(0, 9)], seed=8),                 # the last block 4 columns wide: wrong
+    _case(256, 128 * 17, zero_blocks=[(1, 16)], scale_one=[(1, 16)], seed=9),  # zero with scale 1 in a third run
 ]
 
 
 def test_reference_rule():
     want = [bool(wrong_zero_blocks(q, s, (128, 128)).any()) for q, s in CASES]
-    assert want == [False, True, False, True, True, False, False, False, False, True]
+    assert want == [False, True, False, True, True, False, False, False, False, True, True, False, True, False]
     assert [bool(f) for f in zero_block_flags(CASES, (128, 128))] == want
 
 

@@ -87,7 +87,8 @@ def test_zero_block_screen_on_the_gpu():
     g = torch.Generator().manual_seed(1)
     pairs = []
     for n, k, zero, one in [(256, 384, (1, 2), False), (256, 384, (1, 2), True), (200, 136, (1, 1), False),
-                            (512, 4096, None, False), (130, 260, (1, 0), False), (256, 256, (1, 1, 127), False)]:
+                            (512, 4096, None, False), (130, 260, (1, 0), False), (256, 256, (1, 1, 127), False),
+                            (256, 128 * 11, (1, 9), False), (384, 128 * 10, (2, 8, 127), False)]:
         q = (torch.randn(n, k, generator=g) * 50).to(torch.float8_e4m3fn)
         q.view(torch.uint8)[q.view(torch.uint8) & 0x7F == 0] = 1
         s = torch.rand(-(-n // 128), -(-k // 128), generator=g) + 0.5
@@ -98,8 +99,9 @@ def test_zero_block_screen_on_the_gpu():
                 s[zero[:2]] = 1.0
         pairs.append((q, s))
     want = [bool(wrong_zero_blocks(q, s, (128, 128)).any()) for q, s in pairs]
-    # the last: zero but for its last row (the screen reads on past the first row, and finds it)
-    assert want == [True, False, True, False, True, False]
+    # zero but for its last row (the screen reads on past the first row, and finds it); the last two in a
+    # program's second run of blocks (harness.formats.zero_blocks.BLOCKS_PER_PROGRAM)
+    assert want == [True, False, True, False, True, False, True, False]
     assert _kernel_flags([(q.cuda(), s.cuda()) for q, s in pairs], (128, 128)).tolist() == want
 
 
