@@ -146,6 +146,8 @@ class EngineRecord:
     serving: ServingState | None = None
     observed: bool = False                           # a sync fp8check did not carry (a user's own): no versions,
     #                                                  no re-sync; the update is what the engine's hooks counted
+    seconds: dict[str, float] = field(default_factory=dict)   # where producing this record took time in the
+    #                                                  engine's process (its reads, its RPC): reported, never judged
     # filled in by the pipeline
     version: int | None = None                       # the version this sync installed
     errors: list[str] = field(default_factory=list)  # the engine refused the install

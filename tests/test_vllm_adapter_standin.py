@@ -147,6 +147,15 @@ def test_sync_record_and_reads_through_the_extension(engine):
     assert set(rec.updates[-1].post_process.values()) == {1}
     assert engine.llm.prefix_resets == 2            # one per install (sync and idempotence re-sync)
     assert res.fetched == 0 and res.params == len(engine.config.layout.vllm_param_shapes(0))
+    # the record's reads cross as one RPC, and say where its time went (the pipeline reports it with the capture)
+    calls = []
+    real = engine.llm.collective_rpc
+    engine.llm.collective_rpc = lambda method, args=(): calls.append(method) or real(method, args)
+    rec = engine.record()
+    assert calls == ["fp8check_record"], calls
+    assert set(rec.seconds) == {"worker.info", "worker.settings", "worker.graph", "worker.kv_scales", "rpc", "build"}
+    assert rec.serving.kv_scales and rec.serving.graph_storage, rec.serving
+    assert {k for k in res.seconds if k.startswith("capture.record.")} == {f"capture.record.{k}" for k in rec.seconds}
 
 
 def test_knobs_turn_what_they_say(engine):
@@ -234,7 +243,7 @@ def test_an_observed_sync_that_post_processes_twice_is_still_caught():
 
 
 READ_ONLY = {"fp8check_counts", "fp8check_counts_since", "fp8check_digests", "fp8check_graph_moved", "fp8check_info",
-             "fp8check_instrument", "fp8check_kv_scales", "fp8check_read", "fp8check_rewatch_graph",
+             "fp8check_instrument", "fp8check_kv_scales", "fp8check_read", "fp8check_record", "fp8check_rewatch_graph",
              "fp8check_settings", "fp8check_warm"}
 
 

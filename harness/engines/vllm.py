@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import defaultdict
 from copy import copy
 
@@ -333,14 +334,17 @@ class VLLMEngine:
         return self._observed
 
     def record(self) -> EngineRecord:
-        info = self.rpc("fp8check_info")
+        t0 = time.perf_counter()
+        state = self.rpc("fp8check_record", not self.sleep_level)       # one RPC for every read below
+        t1 = time.perf_counter()
+        info = [s["info"] for s in state]
         fp8 = [(r, n, tuple(i["shape"])) for r, inf in enumerate(info) for n, i in inf.items()
                if i["dtype"] == "float8_e4m3fn"]
         # how the engine really runs (read from the workers): its post-load transform and activation quantizer
         # follow from that, not from the config, so a setting the config does not expect is C10's, by name
-        settings = read_settings(self.rpc("fp8check_settings")[0])
+        settings = read_settings(state[0]["settings"])
         ue8m0 = settings["ue8m0_requant"]
-        return EngineRecord(
+        rec = EngineRecord(
             engine=self.engine, tp_size=self.tp, ignored_layers=list(self.ignored_layers),
             fp8_modules=sorted({engine_module(n) for r, n, _shape in fp8 if r == 0}), poisoned=self.poisoned,
             settings=settings,
@@ -352,15 +356,25 @@ class VLLMEngine:
             versions=None if self.observe_only else versions_meta(self.versions, self.tp),
             updates=self._observed_update() if self.observe_only else self.updates[-1:],
             generations=list(self.generations), post_load=declared_post_load(self.config, fp8, ue8m0),
-            act_quant=declared_act_quant(self.config, ue8m0), serving=self.serving_state(),
+            act_quant=declared_act_quant(self.config, ue8m0), serving=self.serving_state(state[0]),
             observed=self.observe_only)
+        # where the record's time went in this process (the worker's reads, rank 0; the RPC; building it)
+        rec.seconds = {**{f"worker.{k}": v for k, v in state[0]["seconds"].items()}, "rpc": t1 - t0,
+                       "build": time.perf_counter() - t1}
+        return rec
 
-    def serving_state(self) -> ServingState:
-        watched, moved = self.rpc("fp8check_graph_moved")[0] if not self.sleep_level else (None, None)
+    def serving_state(self, state: dict | None = None) -> ServingState:
+        """`state`: rank 0's `fp8check_record` (the record's one RPC); read here otherwise."""
+        if self.sleep_level:
+            watched, moved, kv = None, None, None
+        elif state is not None:
+            (watched, moved), kv = state["graph"], _kv(state["kv_scales"])
+        else:
+            (watched, moved), kv = self.rpc("fp8check_graph_moved")[0], _kv(self.rpc("fp8check_kv_scales")[0])
         return ServingState(cuda_graphs=self.cuda_graphs, kv_cache_dtype=self.config.rollout.kv_cache_dtype,
-                            kv_scales=None if self.sleep_level else _kv(self.rpc("fp8check_kv_scales")[0]),
-                            boot_kv_scales=self.boot_kv_scales, graph_storage=watched, graph_storage_moved=moved,
-                            sleep_level=self.sleep_level, wake=copy(self.wake_event), outputs=self.outputs)
+                            kv_scales=kv, boot_kv_scales=self.boot_kv_scales, graph_storage=watched,
+                            graph_storage_moved=moved, sleep_level=self.sleep_level, wake=copy(self.wake_event),
+                            outputs=self.outputs)
 
     # -- sleep / wake (enable_sleep_mode) ------------------------------------------------------------------------
     def sleep(self, level: int = 1):

@@ -231,6 +231,22 @@ class FP8CheckWorkerExtension:
                     "moved": (not p.is_meta) and n in ptrs0 and p.data_ptr() != ptrs0[n]}
                 for n, p in self._fp8check_params().items()}
 
+    def fp8check_record(self, serving: bool = True) -> dict:
+        """Everything the engine record reads from a worker, in one RPC (it made four: parameter info, settings,
+        the graph-storage watch, KV-cache scales), with the seconds each read took here; `serving=False` (an engine
+        asleep) leaves the graph watch and the KV-cache scales out."""
+        import time
+        parts = [("info", self.fp8check_info), ("settings", self.fp8check_settings)]
+        if serving:
+            parts += [("graph", self.fp8check_graph_moved), ("kv_scales", self.fp8check_kv_scales)]
+        out, seconds = {}, {}
+        for key, read in parts:
+            t = time.perf_counter()
+            out[key] = read()
+            seconds[key] = time.perf_counter() - t
+        out["seconds"] = seconds
+        return out
+
     def fp8check_settings(self) -> dict:
         """How this engine really runs, read from the engine (never from fp8check's config): the quantization
         method its linear layers run (a block-FP8 checkpoint, vLLM's online per-tensor or per-block FP8, none),

@@ -243,6 +243,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     t["capture"] = time.perf_counter() - t2 + begun
     t.update({f"capture.{k}": v for k, v in got.seconds.items()})
     t["capture.begin"], t["capture.record"] = begun, recorded
+    t.update({f"capture.record.{k}": v for k, v in record.seconds.items()})    # the engine's side of it
     if not periodic:
         record.resync = Resync(deferred=True)
     elif resync and not errors:
