@@ -150,8 +150,9 @@ MODES = {   # name -> (checks_every, resync, catalog): the full catalog on every
 
 
 def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tuple(MODES), profile: int = 0):
-    """K clean syncs per mode (`MODES`): the whole catalog with S7's re-sync, without it, and the per-sync tier a
-    run leaves on (LiveSession(checks_every=N)'s syncs between the periodic ones); best of K after the first."""
+    """K clean syncs per mode (`MODES`), the modes taking turns: the whole catalog with S7's re-sync, without it,
+    the per-sync tier a run leaves on (LiveSession(checks_every=N)'s syncs between the periodic ones), the sync
+    alone; best of K after the first, walls as medians."""
     from dataclasses import replace
     from e2e.live import LiveSession
     from harness.config import recommended_config
@@ -168,9 +169,11 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tupl
         # the session's warm-up sync (LiveSession(warm=), on by default on the device path): the first sync
         # measured below is then a run's first sync
         warm = s.warmup.seconds if s.warmup is not None else None
-        for mode in modes:
-            s.checks_every, resync, catalog = MODES[mode]
-            for i in range(steps):
+        # the modes interleaved, sync by sync: mode after mode had set the per-sync tier's wall against a sync
+        # alone measured minutes apart (call 35: export and wire slower by tens of ms in the later mode)
+        for i in range(steps):
+            for mode in modes:
+                s.checks_every, resync, catalog = MODES[mode]
                 s.step()
                 t = time.perf_counter()
                 o = s.sync(f"bench {mode} {i}", resync=resync, catalog=catalog)

@@ -279,7 +279,7 @@ class FP8CheckWorkerExtension:
         view = self._fp8check_kernel_view(cuda_graphs)
         meta = {n for n, t in view.items() if t is None}
         out = state_digests({n: t.detach() for n, t in view.items() if t is not None})
-        ps = self._fp8check_params()
+        ps = self._fp8check_params() if meta else {}
         for n in meta:
             p = ps[n]
             out[n] = f"meta:{str(p.dtype).removeprefix('torch.')}:{'x'.join(map(str, p.shape)) or 'scalar'}"
