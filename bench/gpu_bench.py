@@ -34,6 +34,19 @@ def _best(fn, reps: int = 5) -> float:
     return best
 
 
+def _sweep_blocks(module, counts, measure) -> tuple[int, dict]:
+    """(the module's default BLOCKS_PER_PROGRAM, {count: measure()} with it set to each count), the default put
+    back whatever happens: a kernel's launch shape, swept in one run."""
+    default, sweep = module.BLOCKS_PER_PROGRAM, {}
+    try:
+        for g in counts:
+            module.BLOCKS_PER_PROGRAM = g
+            sweep[g] = measure()
+    finally:
+        module.BLOCKS_PER_PROGRAM = default
+    return default, sweep
+
+
 def bench_digest(out: dict):
     """The capture's and the per-sync checks' kernels beside the HBM copy rate measured in the same run: the state
     digest (16-byte vector loads; 4-byte ones for an unaligned start), and S3's zero-block screen over a
@@ -58,16 +71,9 @@ def bench_digest(out: dict):
           f"peak {extra / 2**20:.1f} MiB [bound: one HBM read + per-word integer work]")
     # blocks a program sums (harness.digest_triton.BLOCKS_PER_PROGRAM): the same sums, another launch shape
     from harness import digest_triton as dt
-    default, sweep = dt.BLOCKS_PER_PROGRAM, {}
     want = state_digest(x)
-    try:
-        for g in (1, 2, 4, 8):
-            dt.BLOCKS_PER_PROGRAM = g
-            same = state_digest(x) == want
-            t = _best(lambda: state_digest(x))
-            sweep[g] = {"GBps": x.numel() * 4 / t / 1e9, "same": same}
-    finally:
-        dt.BLOCKS_PER_PROGRAM = default
+    default, sweep = _sweep_blocks(dt, (1, 2, 4, 8), lambda: {
+        "same": state_digest(x) == want, "GBps": x.numel() * 4 / _best(lambda: state_digest(x)) / 1e9})
     out["digest"]["blocks_per_program"] = {"default": default, **{str(g): v for g, v in sweep.items()}}
     print("digest    blocks a program sums: " + ", ".join(
         f"{g}{' [default]' if g == default else ''} {v['GBps']:.0f} GB/s{'' if v['same'] else ' DIFFERENT SUMS'}"
@@ -81,22 +87,18 @@ def bench_digest(out: dict):
 
     def screen():
         return torch.stack([f.reshape(()) for f in zero_block_flags(pairs, (128, 128))]).cpu()
+    # blocks of a block row a program screens (harness.formats.zero_blocks.BLOCKS_PER_PROGRAM): the same flags
     from harness.formats import zero_blocks as zbm
-    default, sweep, want = zbm.BLOCKS_PER_PROGRAM, {}, screen()
-    try:     # blocks of a block row a program screens: the same flags, another launch shape
-        for g in (1, 4, 8, 16, 32):
-            zbm.BLOCKS_PER_PROGRAM = g
-            same = torch.equal(screen(), want) and int(want.sum()) == 1
-            sweep[g] = {"seconds": _best(screen), "same": same}
-    finally:
-        zbm.BLOCKS_PER_PROGRAM = default
+    want = screen()
+    default, sweep = _sweep_blocks(zbm, (1, 4, 8, 16, 32), lambda: {
+        "same": torch.equal(screen(), want) and int(want.sum()) == 1, "seconds": _best(screen)})
     zb = sweep[default]["seconds"]
     out["zero_blocks"] = {"bytes": nbytes, "seconds": zb, "GBps": nbytes / zb / 1e9,
                           "over_copy_rate": nbytes / zb / 1e9 / rate if rate else None,
                           "blocks_per_program": {"default": default, **{str(g): v for g, v in sweep.items()}}}
     print(f"zero-blk  {len(pairs)} FP8 weights, {nbytes / 1e9:.2f} GB: {zb * 1e3:.2f} ms = {nbytes / zb / 1e9:.0f} GB/s = "
           f"{nbytes / zb / 1e9 / (rate or 1):.2f} of the copy rate [bound: the blocks' first row read (the rest where "
-          f"that row is all zero), one launch, one host copy: launch- and latency-bound, not HBM-bound]")
+          f"that row is all zero), one launch, one host copy: host- and latency-bound, not HBM-bound]")
     print("zero-blk  blocks of a row a program screens: " + ", ".join(
         f"{g}{' [default]' if g == default else ''} {v['seconds'] * 1e3:.2f} ms{'' if v['same'] else ' DIFFERENT FLAGS'}"
         for g, v in sweep.items()))

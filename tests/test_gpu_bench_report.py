@@ -30,3 +30,16 @@ def test_the_report_sets_each_mode_beside_the_sync_alone(capsys):
     rows["per_sync"] += [_row(0.35, per), _row(0.27, per)]        # medians, not the best: 0.27 - 0.2
     gpu_bench.report_sync("m", rows, None, res)
     assert res["per_sync"]["wall_added_seconds"] == pytest.approx(0.07)
+
+
+def test_a_launch_shape_sweep_measures_each_count_and_puts_the_default_back():
+    import types
+    mod = types.SimpleNamespace(BLOCKS_PER_PROGRAM=8)
+    default, sweep = gpu_bench._sweep_blocks(mod, (1, 4), lambda: mod.BLOCKS_PER_PROGRAM * 10)
+    assert (default, sweep, mod.BLOCKS_PER_PROGRAM) == (8, {1: 10, 4: 40}, 8)
+
+    def broken():
+        raise RuntimeError("kernel failed")
+    with pytest.raises(RuntimeError):
+        gpu_bench._sweep_blocks(mod, (2,), broken)
+    assert mod.BLOCKS_PER_PROGRAM == 8

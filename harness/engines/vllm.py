@@ -363,14 +363,12 @@ class VLLMEngine:
                        "build": time.perf_counter() - t1}
         return rec
 
-    def serving_state(self, state: dict | None = None) -> ServingState:
-        """`state`: rank 0's `fp8check_record` (the record's one RPC); read here otherwise."""
+    def serving_state(self, state: dict) -> ServingState:
+        """`state`: rank 0's `fp8check_record` (the record's one RPC; no graph watch or KV scales while asleep)."""
         if self.sleep_level:
             watched, moved, kv = None, None, None
-        elif state is not None:
-            (watched, moved), kv = state["graph"], _kv(state["kv_scales"])
         else:
-            (watched, moved), kv = self.rpc("fp8check_graph_moved")[0], _kv(self.rpc("fp8check_kv_scales")[0])
+            (watched, moved), kv = state["graph"], _kv(state["kv_scales"])
         return ServingState(cuda_graphs=self.cuda_graphs, kv_cache_dtype=self.config.rollout.kv_cache_dtype,
                             kv_scales=kv, boot_kv_scales=self.boot_kv_scales, graph_storage=watched,
                             graph_storage_moved=moved, sleep_level=self.sleep_level, wake=copy(self.wake_event),

@@ -2,8 +2,8 @@
 codes are all zero (+0 or -0: every byte 0x00 or 0x80) had amax 0, and TE gives it scale 1, so its scale_inv must be
 exactly 1 (S3). On a GPU one Triton launch screens every tensor through a pointer table (S3 had read the codes
 with six launches a tensor and a full-size temporary: at Qwen3-8B x 12 layers, 4.8 GB), reading a block's first
-row and the rest only where that row is all zero (the screen read every code, 6.4 ms a sync at 769 GB/s on the
-H200); elsewhere, and where a tensor does not fit the kernel, the torch reference below."""
+row and the rest only where that row is all zero (the screen had read every code: 769 GB/s on the H200);
+elsewhere, and where a tensor does not fit the kernel, the torch reference below."""
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +19,9 @@ except ImportError:                     # the reference serves
     triton = tl = None
 
 ROW = 7                                 # codes (word offset from base), scale address, N, K words, gk, first program, output
-# neighbouring blocks of one block row a program screens: one block a program (128 bytes of first row) made the
-# screen launch-bound (Qwen3-8B x 12: ~141k programs, 6.4 ms of S3 on the H200); a power of two
+# neighbouring blocks of one block row a program screens (a power of two): their first row is one contiguous read.
+# On the H200 the count did not matter (call 37, 28 weights: 0.47-0.51 ms for 1 to 32): the launch and the host
+# copy bound the screen, not its programs
 BLOCKS_PER_PROGRAM = 8
 
 
@@ -100,8 +101,8 @@ def _kernel_flags(pairs: list, block_shape) -> torch.Tensor:
                                        torch.tensor(progs, device=device), output_size=total)
         hit = torch.empty(total, dtype=torch.int32, device=device)
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-            _zero_block_kernel[(total,)](table, prog, hit, base, ROW=ROW, BN=bn, BKW=bk // 4, G=BLOCKS_PER_PROGRAM, VEC=vec,
-                                              num_warps=4)
+            _zero_block_kernel[(total,)](table, prog, hit, base, ROW=ROW, BN=bn, BKW=bk // 4, G=BLOCKS_PER_PROGRAM,
+                                         VEC=vec, num_warps=4)
         out.index_add_(0, table[:, 6][prog], hit)
     return out > 0
 
