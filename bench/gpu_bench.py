@@ -172,6 +172,7 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tupl
         # the session's warm-up sync (LiveSession(warm=), on by default on the device path): the first sync
         # measured below is then a run's first sync
         warm = s.warmup.seconds if s.warmup is not None else None
+        frozen = s.frozen_objects
         # the modes interleaved, sync by sync: mode after mode had set the per-sync tier's wall against a sync
         # alone measured minutes apart (call 35: export and wire slower by tens of ms in the later mode)
         for i in range(steps):
@@ -192,7 +193,7 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tupl
             profiled = o.extra.get("profile")
     rate = _copy_rate()
     res = {"engine_start_seconds": start, "steps": rows, "copy_GBps": rate, "profile": profiled,
-           "warmup": warm}
+           "warmup": warm, "frozen_objects": frozen}
     report_sync(name, rows, rate, res)
     out.setdefault("sync", {})[name] = res
 
@@ -253,6 +254,12 @@ def report_sync(name: str, rows: dict, rate: float | None, res: dict):
                   f"{_median(theirs):.3f} s ({min(theirs):.3f}-{max(theirs):.3f}), medians: the catalog adds "
                   f"{added * 1e3:.1f} ms = {added / base if base else 0:.1%} of the sync alone's export + install "
                   f"(export, wire and install vary by tens of ms from sync to sync: few samples do not settle it)")
+        each = tier                    # the target is every sync's, not the best one's
+        res[mode]["catalog_fractions"] = [_share(r)["fraction"] for r in each]
+        print(f"          each sync: " + ", ".join(
+            f"{_share(r)['fraction']:.1%} (checks {r.get('checks', 0) * 1e3:.1f} ms, of it garbage collection "
+            f"{r.get('checks.gc', 0) * 1e3:.1f})" for r in each)
+            + f"; objects frozen after the warm-up (gc.freeze): {res.get('frozen_objects')}")
         print(f"          {_breakdown(best)}; extra peak: capture {best.get('capture_extra_peak_bytes', 0) / 2**20:.0f} "
               f"MiB, checks {best.get('checks_extra_peak_bytes', 0) / 2**20:.0f} MiB")
     print("          [bounds: install = vLLM's layerwise reload reading IPC-mapped buckets; re-sync = one more "

@@ -41,6 +41,31 @@ def device_warm(trainer, recipe: str) -> list:
     return warm_kernels(torch.device("cuda", torch.cuda.current_device()), get_recipe(recipe))
 
 
+def device_freeze_heap(trainer) -> int:
+    """Move every object this process holds now (the trainer's model, the libraries' state) to the collector's
+    permanent generation, as vLLM's engine core does with its startup heap (vllm/v1/engine/core.py,
+    `freeze_gc_heap`): a full collection otherwise walks the whole heap and lands in whichever sync's part
+    allocated last (the checks', `checks.gc`). Returns how many objects were frozen."""
+    import gc
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
+_ROLLOUTS: dict = {}         # (engine name, actor id) -> the attached client: asked what it is once, not every sync
+
+
+def _attached(rollout_name: str, config, handle) -> Remote:
+    key = (rollout_name, handle._actor_id.hex())
+    hit = _ROLLOUTS.get(key)
+    if hit is None:
+        hit = Remote.attach("rollout", rollout_name, config, handle, ipc=True)
+        if len(_ROLLOUTS) >= 4:
+            _ROLLOUTS.pop(next(iter(_ROLLOUTS)))
+        _ROLLOUTS[key] = hit
+    return hit
+
+
 def device_step(trainer) -> int:
     _STATE["previous"] = trainer.export_hf()
     return trainer.optimizer_step()
@@ -57,7 +82,7 @@ def device_sync(trainer, rollout_handle, rollout_name: str, config_data: dict, s
     if spec_data["name"] not in MODELS:
         register_model(ModelSpec.from_dict(spec_data))
     config = _config(config_data)
-    rollout = Remote.attach("rollout", rollout_name, config, rollout_handle, ipc=True)
+    rollout = _attached(rollout_name, config, rollout_handle)
     f = FAULTS[fault].with_params(**(fault_params or {})) if fault else None
     prof = None
     if profile:

@@ -96,6 +96,7 @@ class LiveSession:
         self.probe_bounds = None         # P1 bounds fixed before the run (None: P1 derives them per sync)
         self.last_clean = None
         self.warmup = None
+        self.frozen_objects = None       # the device path: objects of the pipeline's process frozen after the warm-up
         if device if warm is None else warm:
             try:
                 self.warmup = self.sync("warm-up")
@@ -103,6 +104,8 @@ class LiveSession:
                 self.close()
                 raise
             self._clean_syncs, self.last_clean = 0, None     # the schedule starts with the caller's first sync
+        if device:                       # the pipeline's process: its startup heap out of every later collection
+            self.frozen_objects = self.trainer.run_with_engine("e2e.device:device_freeze_heap")
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def close(self):

@@ -128,11 +128,17 @@ FALLBACK: list = []        # why this process computes CUDA digests with torch o
 def _device_sums(groups: list, sentinel_sizes: list | None):
     """Lane sums (and sentinel flags) of `groups` (each a list of (tensor, first word)) on one CUDA device through
     the Triton kernel, or None where it cannot run here (FALLBACK says why)."""
+    started = _start_device_sums(groups, sentinel_sizes)
+    return started() if started is not None else None
+
+
+def _start_device_sums(groups: list, sentinel_sizes: list | None):
+    """`_device_sums` with the kernels enqueued now: a function giving the result (one host copy), or None."""
     if FALLBACK:
         return None
     try:
         from . import digest_triton
-        return digest_triton.lane_sums_pieces(groups, sentinel_sizes)
+        return digest_triton.start_lane_sums_pieces(groups, sentinel_sizes)
     except ImportError:
         FALLBACK.append("triton not importable")
     except Exception as e:  # noqa: BLE001 - a kernel that cannot run here must not stop a check:
@@ -143,19 +149,30 @@ def _device_sums(groups: list, sentinel_sizes: list | None):
 def state_digests(tensors: dict) -> dict:
     """{name: digest string}.  CUDA tensors go through the Triton kernel, all tensors of a device before one host
     copy; CPU tensors (and CUDA ones where Triton is missing) through `lane_sums`."""
+    return start_state_digests(tensors)()
+
+
+def start_state_digests(tensors: dict):
+    """`state_digests` started: the device's kernels enqueued now, the host copy (and the CPU tensors' digests)
+    when the returned function is called, so that host work in between overlaps the device's."""
     out, on_device = {}, {}
     for name, t in tensors.items():
         if t.is_meta:
             out[name] = _fmt(t.dtype, t.shape)
         elif t.is_cuda:
             on_device.setdefault(t.device, {})[name] = t
-        else:
-            out[name] = _fmt(t.dtype, t.shape, lane_sums(t))
-    for group in on_device.values():
-        got = _device_sums([[(t, 0)] for t in group.values()], None)
-        sums = got[0] if got is not None else [lane_sums(t) for t in group.values()]
-        out.update({name: _fmt(t.dtype, t.shape, s) for (name, t), s in zip(group.items(), sums)})
-    return {name: out[name] for name in tensors}
+    started = [(group, _start_device_sums([[(t, 0)] for t in group.values()], None))
+               for group in on_device.values()]
+
+    def finish() -> dict:
+        for name, t in tensors.items():
+            if name not in out and not t.is_cuda:
+                out[name] = _fmt(t.dtype, t.shape, lane_sums(t))
+        for group, got in started:
+            sums = got()[0] if got is not None else [lane_sums(t) for t in group.values()]
+            out.update({name: _fmt(t.dtype, t.shape, s) for (name, t), s in zip(group.items(), sums)})
+        return {name: out[name] for name in tensors}
+    return finish
 
 
 @dataclass(frozen=True)

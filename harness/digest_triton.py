@@ -231,10 +231,16 @@ def lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
     """(sums, sentinels): [(S_0, S_1, S_2, S_3)] per output (all pieces on one device), and per output whether
     some element is all 0xFF bytes (None without `sentinel_sizes`). One copy to the device (the table), a launch
     per kind of piece, one copy to the host for the whole batch."""
+    return start_lane_sums_pieces(groups, sentinel_sizes)()
+
+
+def start_lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
+    """`lane_sums_pieces` with the kernels enqueued now and the host copy when the returned function is called:
+    the caller's host work in between overlaps the device's (the vLLM worker reads its record meanwhile)."""
     if triton is None:
         raise ImportError(f"harness.digest_triton needs Triton ({_IMPORT_ERROR})")
     if not groups:
-        return [], None if sentinel_sizes is None else []
+        return lambda: ([], None if sentinel_sizes is None else [])
     device = next((t.device for g in groups for t, _ in g), torch.device("cpu"))
     p = block_table(device)
     zero = [(0, 0, 0, 0)] * len(groups), None if sentinel_sizes is None else [False] * len(groups)
@@ -245,7 +251,7 @@ def lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
     if hit is None:
         launches, rows, sources = plan(groups, sentinel_sizes, p.data_ptr())
         if not launches:                                     # only empty tensors
-            return zero
+            return lambda: zero
         # the batch's one host-to-device copy (a few KiB: pinning it would cost more than the copy)
         table = torch.tensor(rows, dtype=torch.int64).to(device)
         total = launches[-1][2] + launches[-1][3]
@@ -267,9 +273,12 @@ def lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
     sums = torch.zeros((len(groups), 5), dtype=torch.int64, device=device)
     sums.index_add_(0, output_of, wide)
     del sources                                              # the kernels are enqueued
-    got = sums.cpu().tolist()
-    return ([tuple(int(v) & MASK32 for v in r[:4]) for r in got],
-            None if sentinel_sizes is None else [r[4] > 0 for r in got])
+
+    def finish():
+        got = sums.cpu().tolist()
+        return ([tuple(int(v) & MASK32 for v in r[:4]) for r in got],
+                None if sentinel_sizes is None else [r[4] > 0 for r in got])
+    return finish
 
 
 def lane_sums_batched(tensors: list, base_word: int = 0) -> list:

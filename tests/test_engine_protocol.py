@@ -91,8 +91,27 @@ class BuggyDictEngine(DictEngine):
     swap_gate_up = True
 
 
+class OneCallDictEngine(DictEngine):
+    """The optional `record_and_digests`: the record and the digests in one call (what vLLM's adapter offers)."""
+    engine = "dict-engine-one-call"
+    calls: list = []
+
+    def record(self):
+        self.calls.append("record")
+        return super().record()
+
+    def state_digests(self):
+        self.calls.append("state_digests")
+        return super().state_digests()
+
+    def record_and_digests(self):
+        self.calls.append("record_and_digests")
+        return super().record(), super().state_digests()
+
+
 register_engine("rollout", "dict-engine", DictEngine)           # the one registry line
 register_engine("rollout", "dict-engine-buggy", BuggyDictEngine)
+register_engine("rollout", "dict-engine-one-call", OneCallDictEngine)
 
 
 def _sync(name, capture):
@@ -108,6 +127,25 @@ def test_a_new_engine_runs_through_the_pipeline_and_the_whole_catalog(capture):
     res = _sync("dict-engine", capture)
     assert not res.fired and not res.unknown, [(f.invariant_id, f.message) for f in res.findings if f.verdict != "pass"]
     assert {f.invariant_id for f in res.findings} >= {"S1", "S2", "S3", "S4", "S5", "S6", "S7", "P1", "C1"}
+
+
+def test_an_engine_offering_record_and_digests_is_asked_once_after_the_install():
+    """Through the wire the wrapper knows what the engine offers; the digest-first capture then reads the record
+    and the digests with one call, and the catalog's findings are the engine's as before."""
+    from harness.engines.remote import offers
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    with Remote("rollout", "dict-engine", cfg) as plain:
+        assert plain.offered == frozenset() and not offers(plain, "record_and_digests")
+    with Remote("rollout", "dict-engine-one-call", cfg) as engine:
+        assert offers(engine, "record_and_digests")
+    OneCallDictEngine.calls.clear()
+    res = _sync("dict-engine-one-call", DigestFirst())
+    assert not res.fired and not res.unknown, [(f.invariant_id, f.message) for f in res.findings if f.verdict != "pass"]
+    # after the install: the one call, then the idempotence re-sync's two fingerprints (digests before, after)
+    assert OneCallDictEngine.calls == ["record_and_digests", "state_digests", "state_digests"], OneCallDictEngine.calls
+    OneCallDictEngine.calls.clear()
+    assert not _sync("dict-engine-one-call", FullRead()).fired
+    assert "record_and_digests" not in OneCallDictEngine.calls        # a full read asks for the record alone
 
 
 def test_the_buggy_variant_is_caught():

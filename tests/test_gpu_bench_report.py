@@ -27,6 +27,9 @@ def test_the_report_sets_each_mode_beside_the_sync_alone(capsys):
     assert res["full"]["wall_added_seconds"] == pytest.approx(0.4)
     out = capsys.readouterr().out
     assert "(the sync alone): wall 0.200 s" in out and "the catalog adds 50.0 ms" in out
+    # every per-sync sync's share is printed (the target is each sync's), not the best one's alone
+    assert res["per_sync"]["catalog_fractions"] == pytest.approx([0.036 / 0.17] * 2)
+    assert "each sync: 21.2% (checks 15.0 ms" in out
     rows["per_sync"] += [_row(0.35, per), _row(0.27, per)]        # medians, not the best: 0.27 - 0.2
     gpu_bench.report_sync("m", rows, None, res)
     assert res["per_sync"]["wall_added_seconds"] == pytest.approx(0.07)

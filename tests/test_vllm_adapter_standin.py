@@ -155,7 +155,16 @@ def test_sync_record_and_reads_through_the_extension(engine):
     assert calls == ["fp8check_record"], calls
     assert set(rec.seconds) == {"worker.info", "worker.settings", "worker.graph", "worker.kv_scales", "rpc", "build"}
     assert rec.serving.kv_scales and rec.serving.graph_storage, rec.serving
-    assert {k for k in res.seconds if k.startswith("capture.record.")} == {f"capture.record.{k}" for k in rec.seconds}
+    # a digest-first capture asks for the record and the digests in that one RPC (the digests enqueued first)
+    calls.clear()
+    both, digests = engine.record_and_digests()
+    assert calls == ["fp8check_record"], calls
+    assert digests == engine.state_digests() and len(digests) == res.params
+    assert {"worker.digests_launch", "worker.digests_wait"} <= set(both.seconds)
+    assert {k for k in res.seconds if k.startswith("capture.record.")} == {f"capture.record.{k}" for k in both.seconds}
+    calls.clear()
+    run_sync(engine.config, trainer, engine, capture=DigestFirst(), checks=False, probes=False, resync=False)
+    assert calls.count("fp8check_record") == 1 and "fp8check_digests" not in calls, calls
 
 
 def test_knobs_turn_what_they_say(engine):

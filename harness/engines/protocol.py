@@ -102,6 +102,9 @@ REQUIRED = {
                 "generate_logprobs"),
 }
 ATTRIBUTES = {"trainer": ("engine",), "rollout": ("engine", "knobs")}
+# optional: `record_and_digests()` -> (record(), state_digests()) in one call (an engine in another process: one
+# round trip, and its digests computed while the record's host reads run); `harness.engines.remote.offers` asks
+OPTIONAL = {"trainer": (), "rollout": ("record_and_digests",)}
 
 
 def missing_surface(kind: str, cls) -> list[str]:
@@ -113,4 +116,4 @@ def missing_surface(kind: str, cls) -> list[str]:
     return out
 
 
-__all__ = ["ATTRIBUTES", "EngineError", "Item", "KNOBS", "REQUIRED", "SERVING_KNOBS", "RolloutEngine", "TrainerEngine", "missing_surface"]
+__all__ = ["ATTRIBUTES", "EngineError", "Item", "KNOBS", "OPTIONAL", "REQUIRED", "SERVING_KNOBS", "RolloutEngine", "TrainerEngine", "missing_surface"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from .protocol import EngineError
+from .protocol import OPTIONAL, EngineError
 from .registry import get_engine, make_engine
 from .wire import decode, encode
 
@@ -36,6 +36,10 @@ class EngineActor:
 
     def get(self, attr: str):
         return encode(getattr(self.engine, attr))
+
+    def offered(self, kind: str) -> list:
+        """The optional protocol methods (`OPTIONAL`) this engine has."""
+        return [m for m in OPTIONAL[kind] if callable(getattr(self.engine, m, None))]
 
     def run_with_engine(self, fn_path: str, args, kwargs):
         """Run `module:function(engine, *args, **kwargs)` here, where the engine's tensors live (the device sync
@@ -70,6 +74,32 @@ def start_ray(num_gpus: int | None = None):
     return ray
 
 
+class Done:
+    """A call an engine in this process already ran (`start_call`)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def start_call(engine, method: str, *args):
+    """`engine.method(*args)` started: through the remote wrapper (`Remote.submit`) it returns at once and the
+    engine works in its own process meanwhile; an engine in this process runs it now. `.result()` waits."""
+    if callable(getattr(type(engine), "submit", None)):     # a class attribute, never a proxy's
+        return engine.submit(method, *args)
+    return Done(getattr(engine, method)(*args))
+
+
+def offers(engine, method: str) -> bool:
+    """Whether `engine` has the optional protocol method `method` (`OPTIONAL`): through the remote wrapper, what
+    the engine in its process has (asked once, when the wrapper is made)."""
+    if isinstance(engine, Remote):
+        return method in engine.offered
+    return callable(getattr(engine, method, None))
+
+
 class Pending:
     """A call `Remote.submit` started."""
 
@@ -95,8 +125,7 @@ class Remote:
         if _actor is not None:                 # attach to an engine already running (see `attach`)
             import ray as _r
             self._ray, self._actor = _r, _actor
-            self.engine = self._get("engine")
-            self.knobs = frozenset(self._get("knobs")) if kind == "rollout" else frozenset()
+            self._describe()
             return
         env = {**entry.environment(config), **(env or {})}
         spec = config.spec.to_dict()
@@ -110,8 +139,14 @@ class Remote:
         else:
             os.environ.update(env)            # read by the engine's libraries at import / start
             self._actor = EngineActor(*args)
+        self._describe()
+
+    def _describe(self):
         self.engine = self._get("engine")
-        self.knobs = frozenset(self._get("knobs")) if kind == "rollout" else frozenset()
+        self.knobs = frozenset(self._get("knobs")) if self.kind == "rollout" else frozenset()
+        a = self._actor
+        self.offered = frozenset(self._wait(a.offered.remote(self.kind)) if self._ray is not None
+                                 else a.offered(self.kind))
 
     @property
     def handle(self):
@@ -190,4 +225,4 @@ class Remote:
         self.close()
 
 
-__all__ = ["EngineActor", "Remote", "decode", "encode", "start_ray"]
+__all__ = ["Done", "EngineActor", "Remote", "decode", "encode", "offers", "start_call", "start_ray"]

@@ -336,7 +336,18 @@ class VLLMEngine:
     def record(self) -> EngineRecord:
         t0 = time.perf_counter()
         state = self.rpc("fp8check_record", not self.sleep_level)       # one RPC for every read below
+        return self._record(state, t0, time.perf_counter())
+
+    def record_and_digests(self) -> tuple[EngineRecord, dict]:
+        """The record and `state_digests()` from one RPC: the workers enqueue the digest kernels before the
+        record's reads, whose host work overlaps them (a digest-first capture's one call to this engine)."""
+        t0 = time.perf_counter()
+        state = self.rpc("fp8check_record", not self.sleep_level, self.cuda_graphs)
         t1 = time.perf_counter()
+        digests = {rank_name(n, r, self.tp): d for r, st in enumerate(state) for n, d in st.pop("digests").items()}
+        return self._record(state, t0, t1), digests
+
+    def _record(self, state: list, t0: float, t1: float) -> EngineRecord:
         info = [s["info"] for s in state]
         fp8 = [(r, n, tuple(i["shape"])) for r, inf in enumerate(info) for n, i in inf.items()
                if i["dtype"] == "float8_e4m3fn"]

@@ -231,19 +231,28 @@ class FP8CheckWorkerExtension:
                     "moved": (not p.is_meta) and n in ptrs0 and p.data_ptr() != ptrs0[n]}
                 for n, p in self._fp8check_params().items()}
 
-    def fp8check_record(self, serving: bool = True) -> dict:
+    def fp8check_record(self, serving: bool = True, digests: bool | None = None) -> dict:
         """Everything the engine record reads from a worker, in one RPC (it made four: parameter info, settings,
         the graph-storage watch, KV-cache scales), with the seconds each read took here; `serving=False` (an engine
-        asleep) leaves the graph watch and the KV-cache scales out."""
+        asleep) leaves the graph watch and the KV-cache scales out. `digests` (not None: its `cuda_graphs`): the
+        parameters' digests too (`fp8check_digests`), their kernels enqueued before the reads, whose host work
+        then overlaps them (a digest-first capture's one call)."""
         import time
+        t = time.perf_counter()
+        finish = self._fp8check_start_digests(digests) if digests is not None else None
+        seconds = {"digests_launch": time.perf_counter() - t} if finish is not None else {}
         parts = [("info", self.fp8check_info), ("settings", self.fp8check_settings)]
         if serving:
             parts += [("graph", self.fp8check_graph_moved), ("kv_scales", self.fp8check_kv_scales)]
-        out, seconds = {}, {}
+        out = {}
         for key, read in parts:
             t = time.perf_counter()
             out[key] = read()
             seconds[key] = time.perf_counter() - t
+        if finish is not None:
+            t = time.perf_counter()
+            out["digests"] = finish()
+            seconds["digests_wait"] = time.perf_counter() - t
         out["seconds"] = seconds
         return out
 
@@ -275,15 +284,23 @@ class FP8CheckWorkerExtension:
 
     def fp8check_digests(self, cuda_graphs: bool = False) -> dict:
         """Parameter -> streaming state digest, computed on the device (harness.digest)."""
-        from ..digest import state_digests
+        return self._fp8check_start_digests(cuda_graphs)()
+
+    def _fp8check_start_digests(self, cuda_graphs: bool = False):
+        """`fp8check_digests` started: the kernels enqueued, the result when the returned function is called."""
+        from ..digest import start_state_digests
         view = self._fp8check_kernel_view(cuda_graphs)
         meta = {n for n, t in view.items() if t is None}
-        out = state_digests({n: t.detach() for n, t in view.items() if t is not None})
-        ps = self._fp8check_params() if meta else {}
-        for n in meta:
-            p = ps[n]
-            out[n] = f"meta:{str(p.dtype).removeprefix('torch.')}:{'x'.join(map(str, p.shape)) or 'scalar'}"
-        return out
+        finish = start_state_digests({n: t.detach() for n, t in view.items() if t is not None})
+
+        def result() -> dict:
+            out = finish()
+            ps = self._fp8check_params() if meta else {}
+            for n in meta:
+                p = ps[n]
+                out[n] = f"meta:{str(p.dtype).removeprefix('torch.')}:{'x'.join(map(str, p.shape)) or 'scalar'}"
+            return out
+        return result
 
     def fp8check_kv_scales(self) -> dict:
         """Attention layer -> its KV-cache scales as the kernels read them (floats; None where absent)."""

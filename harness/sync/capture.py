@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..bitview import bits_equal
+from ..engines.remote import Done, offers, start_call
 from ..layouts import LayoutError
 from ..lazy import LazyMap
 from ..numerics.expected import ExpectedState, expected_engine_state
@@ -45,8 +46,9 @@ class FullRead:
     def begin(self, config, trainer_hf: dict, poisoned: bool) -> None:
         """Nothing to start before the install: everything is read after it."""
 
-    def start_reads(self, rollout, start_call) -> None:
-        """Nothing to start beside the engine's record."""
+    def start_record(self, rollout):
+        """The engine's record started (`.result()` waits for it); nothing to read beside it."""
+        return start_call(rollout, "record")
 
     def capture(self, config, rollout, trainer_hf, record) -> Captured:
         t = rollout.kernel_tensors()
@@ -132,12 +134,24 @@ def _pool():
     return _POOL[0]
 
 
+class _RecordAndDigests:
+    """`record_and_digests` started: the record for the pipeline, the digests kept for the capture."""
+
+    def __init__(self, capture: "DigestFirst", pending):
+        self._capture, self._pending = capture, pending
+
+    def result(self):
+        record, digests = self._pending.result()
+        self._capture._digesting = Done(digests)
+        return record
+
+
 class DigestFirst:
     name = "digest-first"
 
     def __init__(self):
         self._ahead: _Ahead | None = None
-        self._digesting = None             # the engine's digests, started behind its record (`start_reads`)
+        self._digesting = None             # the engine's digests, started with its record (`start_record`)
 
     def begin(self, config, trainer_hf: dict, poisoned: bool) -> None:
         """The pipeline's call before the install: start the expected digests (`_Ahead`)."""
@@ -147,10 +161,15 @@ class DigestFirst:
         except (LayoutError, KeyError, ValueError, RuntimeError):
             self._ahead = None              # the capture derives it again and says why not
 
-    def start_reads(self, rollout, start_call) -> None:
-        """The pipeline's call after the install, with the engine's record started: start the engine's digests
-        behind it (a remote engine runs both, in order, for one wait)."""
+    def start_record(self, rollout):
+        """The pipeline's call after the install: the engine's record and its digests started, in one call where
+        the engine offers one (`record_and_digests`), else the digests behind the record (a remote engine runs
+        both, in order, for one wait). `.result()` gives the record; the capture takes the digests."""
+        if offers(rollout, "record_and_digests"):
+            return _RecordAndDigests(self, start_call(rollout, "record_and_digests"))
+        recording = start_call(rollout, "record")
         self._digesting = start_call(rollout, "state_digests")
+        return recording
 
     def _ahead_digests(self, trainer_hf, sentinels: bool) -> tuple[dict, float | None]:
         """The digests `begin` started for these trainer tensors ({} where it did not, or they failed)."""

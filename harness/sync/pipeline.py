@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..config import SyncConfig
+from ..engines.remote import start_call
 from ..layouts import LayoutError
 from ..record import EngineRecord, PayloadMeta, Resync, TrainerRecord
 from ..snapshot.model import Snapshot
@@ -121,22 +122,6 @@ def serving_cycle(rollout, knobs: dict, prompts):
         rollout.wake()
     if knobs.get("generate_before_sync"):
         rollout.generate_logprobs(prompts[:1])
-
-
-class _Done:
-    def __init__(self, value):
-        self.value = value
-
-    def result(self):
-        return self.value
-
-
-def start_call(engine, method: str, *args):
-    """`engine.method(*args)` started: through the remote wrapper (`Remote.submit`) it returns at once and the
-    engine works in its own process meanwhile; an engine in this process runs it now. `.result()` waits."""
-    if callable(getattr(type(engine), "submit", None)):     # a class attribute, never a proxy's
-        return engine.submit(method, *args)
-    return _Done(getattr(engine, method)(*args))
 
 
 def builds_engine(fault) -> bool:
@@ -237,9 +222,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     mem = _cuda_memory()
     gc_capture = _GCPauses().start()
     try:
-        recording = start_call(rollout, "record")
-        capture.start_reads(rollout, start_call)          # behind the record: one wait for both on a remote engine
-        record: EngineRecord = recording.result()
+        record: EngineRecord = capture.start_record(rollout).result()   # with what the capture reads beside it
         recorded = time.perf_counter() - t2
         record.poisoned = poison               # before the capture: a digest-first one screens for survivors (S1)
         got: Captured = capture.capture(config, rollout, trainer_hf, record)
