@@ -116,7 +116,8 @@ def _breakdown(r: dict, top: int = 5) -> str:
     parts = [f"{k.removeprefix('capture.')} {v * 1e3:.1f}" for k, v in r.items() if k.startswith("capture.")]
     checks = sorted(((v, k.removeprefix("check.")) for k, v in r.items() if k.startswith("check.")), reverse=True)
     return (f"capture [{', '.join(parts)}] ms; poison {r.get('poison', 0) * 1e3:.1f} ms; garbage collection in the "
-            f"checks {r.get('checks.gc', 0) * 1e3:.1f} ms; resync "
+            f"checks {r.get('checks.gc', 0) * 1e3:.1f} ms; waiting for S3's screens begun beside the install "
+            f"{r.get('checks.screens_wait', 0) * 1e3:.1f} ms; resync "
             f"{r.get('resync', 0) * 1e3:.1f} ms; wire {r.get('wire', 0) * 1e3:.1f} ms; slowest checks "
             + ", ".join(f"{k} {v * 1e3:.1f}" for v, k in checks[:top]) + " ms")
 

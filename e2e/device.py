@@ -56,7 +56,7 @@ _ROLLOUTS: dict = {}         # (engine name, actor id) -> the attached client: a
 
 
 def _attached(rollout_name: str, config, handle) -> Remote:
-    key = (rollout_name, handle._actor_id.hex())
+    key = (rollout_name, str(getattr(handle, "_actor_id", id(handle))))     # a Ray handle: its actor's id
     hit = _ROLLOUTS.get(key)
     if hit is None:
         hit = Remote.attach("rollout", rollout_name, config, handle, ipc=True)

@@ -48,6 +48,9 @@ class CheckContext:
     probe_bounds: dict | None = None     # P1 bounds fixed before the run (default: derived per sync, see P1)
     job: object = None                   # a parsed RL job config (harness.jobconfig.Job): the job rules read it
     cold: Snapshot | None = None         # a fresh engine given the same sync (the cold-vs-warm differential)
+    # pure functions of the trainer's tensors the pipeline computed ahead for this sync, during the install
+    # (invariants.sync.TrainerScreens): a check takes a result only for the very tensors it was computed from
+    screens: object = None
 
     def trainer_value(self, name: str):
         """One trainer tensor as fp32 values (FP8 dequantized), computed on demand; None if absent. Dequantized

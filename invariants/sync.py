@@ -58,8 +58,8 @@ def _where(ctx: CheckContext, name: str, ev: dict | None) -> dict:
     return ev or {}
 
 
-def _fp8_names(ctx: CheckContext) -> list[str]:
-    return [t.name for t in ctx.config.spec.tensors() if t.name in ctx.config.fp8_tensors]
+def _fp8_names(ctx: CheckContext) -> tuple[str, ...]:
+    return ctx.config.fp8_tensor_names
 
 
 def _layout_params(ctx: CheckContext) -> dict[str, tuple]:
@@ -210,19 +210,23 @@ class _ScaleEncodings:
     """S3's encoding screens (non-positive or non-finite, not a power of two, the E8M0 NaN byte) over every trainer
     and wire scale of a sync at once: the scale grids (small: 1/16384 of the codes) read as one concatenation per
     device and the element masks reduced per tensor, a few launches in all instead of five per tensor. Flags as
-    `harness.bitview.flag` gives them (bools on the CPU, 0-d tensors on a GPU for the screen's one host copy)."""
+    `harness.bitview.flag` gives them (bools on the CPU, 0-d tensors on a GPU for the screen's one host copy). A
+    trainer scale `ahead` (TrainerScreens) screened already is not read again."""
 
-    def __init__(self, ctx: CheckContext, recipe):
+    def __init__(self, ctx: CheckContext, recipe, ahead: "TrainerScreens | None" = None):
         from harness.formats import E8M0
         self.e8m0 = recipe.scale_format == "e8m0"
         wire = ctx.payload if ctx.payload is not None and ctx.config.fp8_on_wire else None
         verified = ctx.wire_verified if wire is not None else frozenset()
-        tensors, self._alias = [], {}
+        tensors, self._alias, self._ahead = [], {}, {}
         for n in _fp8_names(ctx):
             sn = scale_name(n)
             t = ctx.trainer.get(sn)
             t = t if t is not None and (not self.e8m0 or t.dtype == E8M0) else None
-            if t is not None:
+            done = ahead.encodings_of(t) if ahead is not None and t is not None else None
+            if done is not None:
+                self._ahead[id(t)] = done
+            elif t is not None:
                 tensors.append(t)
             w = wire.get(sn) if wire is not None else None
             if w is not None and (not self.e8m0 or w.dtype == E8M0):
@@ -242,7 +246,9 @@ class _ScaleEncodings:
         return [~(torch.isfinite(v) & (v > 0)), ~is_pow2(v)]
 
     def _get(self, s, k):
-        return self._flags[k][self._index[self._alias.get(id(s), id(s))]]
+        key = self._alias.get(id(s), id(s))
+        done = self._ahead.get(key)
+        return done[k] if done is not None else self._flags[k][self._index[key]]
 
     def e8m0_nan(self, s):
         return self._get(s, 0)
@@ -255,22 +261,71 @@ class _ScaleEncodings:
         return self._get(s, 1)
 
 
-def _zero_block_flags(ctx: CheckContext, recipe) -> dict:
+def _zero_block_flags(ctx: CheckContext, recipe, ahead: "TrainerScreens | None" = None) -> dict:
     """FP8 weight -> whether some all-zero block of the trainer's codes has a scale_inv other than 1 (TE's rule),
-    for every weight the rule applies to, screened at once (`harness.formats.zero_blocks`: one launch on a GPU)."""
+    for every weight the rule applies to, screened at once (`harness.formats.zero_blocks`: one launch on a GPU);
+    a weight `ahead` screened already is not read again."""
     from harness.bitview import FlagOf, flag
     from harness.formats.zero_blocks import zero_block_flags
     if recipe.granularity != "block" or recipe.amax_epsilon != 0 or ctx.config.rollout.quantization != "checkpoint":
         return {}
-    names = []
+    names, out = [], {}
     for n in _fp8_names(ctx):
         codes, t = ctx.trainer.get(n), ctx.trainer.get(scale_name(n))
         if codes is not None and t is not None and codes.dim() == 2 and codes.element_size() == 1 \
                 and tuple(t.shape) == recipe.scale_grid(codes.shape):
-            names.append(n)
+            done = ahead.zero_block_of(n, codes, t) if ahead is not None else None
+            if done is not None:
+                out[n] = done
+            else:
+                names.append(n)
     flags = zero_block_flags([(ctx.trainer[n], ctx.trainer[scale_name(n)]) for n in names], recipe.block_shape,
-                             flag_of=FlagOf)
-    return {n: flag(f) for n, f in zip(names, flags)}
+                             flag_of=FlagOf) if names else []
+    out.update({n: flag(f) for n, f in zip(names, flags)})
+    return out
+
+
+class TrainerScreens:
+    """S3's screens of the trainer's own tensors -- its scales' encodings, TE's zero-block rule -- as host bools
+    (`trainer_screens`): a pure function of those tensors, which the pipeline computes ahead, during the install,
+    where they are on a GPU (`CheckContext.screens`). S3 takes a result only for the very tensor object it was
+    computed from, at the same version counter and under the same config; any other tensor it screens itself."""
+
+    def __init__(self, config, encodings: dict, zero_blocks: dict):
+        self.config = config
+        self._encodings = encodings        # id(scale) -> (scale, version, [bool per mask])
+        self._zero_blocks = zero_blocks    # weight name -> (codes, scale, versions, bool)
+
+    def encodings_of(self, t) -> list | None:
+        hit = self._encodings.get(id(t))
+        return hit[2] if hit is not None and hit[0] is t and hit[1] == t._version else None
+
+    def zero_block_of(self, name: str, codes, scale) -> bool | None:
+        hit = self._zero_blocks.get(name)
+        if hit is None or hit[0] is not codes or hit[1] is not scale or hit[2] != (codes._version, scale._version):
+            return None
+        return hit[3]
+
+
+def trainer_screens(config, trainer_hf) -> TrainerScreens:
+    """`TrainerScreens` of these trainer tensors (the FP8 weights' codes and scales), every flag on the host: one
+    copy per screen's vector."""
+    from harness.bitview import resolve
+    from harness.snapshot import Snapshot
+    ctx = CheckContext(config, trainer=Snapshot("trainer", dict(trainer_hf)))
+    recipe = config.recipe
+    enc = _ScaleEncodings(ctx, recipe)
+    zb = _zero_block_flags(ctx, recipe)
+    scales = [ctx.trainer[scale_name(n)] for n in _fp8_names(ctx)
+              if scale_name(n) in ctx.trainer and id(ctx.trainer[scale_name(n)]) in enc._index]
+    masks = len(enc._flags)
+    flags = resolve([enc._get(t, k) for t in scales for k in range(masks)] + list(zb.values()))
+    encodings = {id(t): (t, t._version, flags[i * masks:(i + 1) * masks]) for i, t in enumerate(scales)}
+    rest = flags[len(scales) * masks:]
+    zero_blocks = {n: (ctx.trainer[n], ctx.trainer[scale_name(n)],
+                       (ctx.trainer[n]._version, ctx.trainer[scale_name(n)]._version), f)
+                   for n, f in zip(zb, rest)}
+    return TrainerScreens(config, encodings, zero_blocks)
 
 
 def _segment_flags(tensors: list, masks) -> list[list]:
@@ -346,8 +401,9 @@ def s3_scales(ctx: CheckContext):
     out, n_checked, steps = [], 0, []
     recipe = ctx.config.recipe
     rhf = ctx.rollout_hf
-    encodings = _ScaleEncodings(ctx, recipe)
-    zero_blocks = _zero_block_flags(ctx, recipe)
+    ahead = ctx.screens if isinstance(ctx.screens, TrainerScreens) and ctx.screens.config is ctx.config else None
+    encodings = _ScaleEncodings(ctx, recipe, ahead)
+    zero_blocks = _zero_block_flags(ctx, recipe, ahead)
     for n in _fp8_names(ctx):
         sn = scale_name(n)
         t = ctx.trainer.get(sn)

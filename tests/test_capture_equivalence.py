@@ -6,6 +6,7 @@ as the trainer's own tensors (`CheckContext.rollout_hf`): this is what makes tha
 import json
 
 import pytest
+import torch
 
 from faults import FAULTS
 from harness.config import recommended_config
@@ -129,3 +130,100 @@ def test_expected_digests_that_fail_before_the_install_are_computed_in_the_captu
     text = lambda fs: [json.dumps(f.to_json(), sort_keys=True, default=str) for f in fs]   # noqa: E731
     assert text(first.findings) == text(full.findings) and not first.fired and first.fetched == 0
     assert "capture.expected_ahead" not in first.seconds
+
+
+def _trainer_scale_fault(name: str, write):
+    """A learner whose own bytes break S3's encoding rules (no registered fault writes the trainer's scales: theirs
+    break the wire's or the engine's), so that the screens begun beside the install have something to find."""
+    from types import SimpleNamespace
+
+    def apply(config, hf, ctx):
+        w = "model.layers.1.mlp.up_proj.weight"
+        codes, scale = hf[w].clone(), hf[w + "_scale_inv"].clone()
+        write(codes, scale)
+        return {**hf, w: codes, w + "_scale_inv": scale}
+    return SimpleNamespace(name=name, stage="trainer", params={}, apply=apply, knobs=None, setup=lambda c: c,
+                           applies=lambda c: True)
+
+
+def _zero_block(codes, scale):
+    codes[:128, :128] = 0                                    # an all-zero block whose scale_inv is not 1 (TE's rule)
+    scale[0, 0] = 0.5
+
+
+TRAINER_SCALE_FAULTS = {
+    "nonpositive": _trainer_scale_fault("nonpositive", lambda c, s: s.view(-1)[:1].fill_(-1.0)),
+    "not_pow2": _trainer_scale_fault("not_pow2", lambda c, s: s.view(-1)[:1].fill_(0.3)),
+    "zero_block": _trainer_scale_fault("zero_block", _zero_block),
+    "e8m0_nan": _trainer_scale_fault("e8m0_nan", lambda c, s: s.view(torch.uint8).view(-1)[:1].fill_(0xFF)),
+}
+SCREENS = [(None, "tiny-dense", r) for r in ("blockwise-fp32", "blockwise-pow2", "mxfp8")] + [
+    (name, "tiny-dense", "blockwise-fp32") for name in sorted(FAULTS) if "S3" in FAULTS[name].trips] + [
+    (name, "tiny-dense", "blockwise-pow2") for name in sorted(FAULTS) if "S3" in FAULTS[name].trips] + [
+    ("nonpositive", "tiny-dense", "blockwise-fp32"), ("not_pow2", "tiny-dense", "blockwise-pow2"),
+    ("zero_block", "tiny-dense", "blockwise-fp32"), ("e8m0_nan", "tiny-dense", "mxfp8")]
+
+
+@pytest.mark.parametrize("name,model,recipe", SCREENS, ids=[f"{n or 'clean'}-{r}" for n, _, r in SCREENS])
+def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model, recipe, monkeypatch):
+    """S3's screens of the trainer's own tensors (its scales' encodings, TE's zero-block rule) begin beside the
+    install on the GPU path (`invariants.sync.trainer_screens`; here on the CPU through the same thread): the same
+    findings as S3 screening every tensor itself, and S3 read no trainer scale again."""
+    import invariants.sync as isync
+    from harness.sync import capture as capture_mod
+    fault = (TRAINER_SCALE_FAULTS.get(name) or FAULTS[name]) if name else None
+    base = recommended_config(model, recipe)
+    if fault is not None and not fault.applies(base):
+        pytest.skip(f"{name} does not apply")
+    cfg = fault_config(base, fault)
+    screened = []
+    real = isync._segment_flags
+    monkeypatch.setattr(isync, "_segment_flags", lambda tensors, masks: screened.append(len(tensors)) or
+                        real(tensors, masks))
+    results = []
+    for ahead in (False, True):
+        monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", ahead)
+        screened.clear()
+        try:
+            res, _, _ = reference_sync(cfg, fault=fault, probes=True, capture=DigestFirst())
+        except (LookupError, LayoutError, EngineError, ConfigError) as e:
+            results.append((None, f"{e.__class__.__name__}: {e}", []))
+            continue
+        results.append((res, [json.dumps(f.to_json(), sort_keys=True, default=str) for f in res.findings],
+                        list(screened)))
+    (_, want, alone), (res, got, beside) = results
+    assert got == want
+    if res is not None:
+        assert isinstance(res.screens, isync.TrainerScreens)
+        # alone: S3's one concatenation holds every trainer scale; beside: the thread's did, S3's holds the rest
+        assert beside[-1] < alone[-1] or alone[-1] == 0, (alone, beside)
+        if name in TRAINER_SCALE_FAULTS:                  # what the screens found, S3 reports on the learner's bytes
+            assert any(f.invariant_id == "S3" and f.verdict == "fail" and f.evidence.get("stage") == "trainer"
+                       for f in res.findings), name
+
+
+def test_a_trainer_tensor_written_after_its_screen_is_screened_again():
+    """The screens are taken only for the very tensor object at the version they read, under the sync's own config:
+    a scale written in place afterwards (a non-positive scale_inv) is screened by S3 itself, and fires."""
+    import invariants.sync as isync
+    from invariants import run_catalog
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    res, _, _ = reference_sync(cfg, probes=False, capture=DigestFirst())
+    name = "model.layers.0.mlp.down_proj.weight_scale_inv"
+    t = res.trainer.tensors[name]
+    screens = isync.trainer_screens(res.config, res.trainer.tensors)
+    assert screens.encodings_of(t)[0] is False                   # finite and positive
+    t.view(-1)[0] = -1.0                                          # in place: the version counter moves
+
+    def s3(screens):
+        ctx = res.context()
+        ctx.screens = screens
+        return [f for f in run_catalog(ctx, ids=["S3"], periodic=False) if f.verdict == "fail"
+                and f.tensor == name and "non-positive" in f.message and f.evidence.get("stage") == "trainer"]
+    assert s3(screens) and s3(None)
+    # a screen that says "clean" for the tensor as it is now is taken under the sync's config (the guard is what
+    # decides), and not under another config object
+    lying = isync.TrainerScreens(res.config, {id(t): (t, t._version, [False, False])}, {})
+    assert not s3(lying)
+    lying.config = recommended_config("tiny-dense", "blockwise-fp32")
+    assert s3(lying)

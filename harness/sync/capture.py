@@ -98,29 +98,35 @@ class _Ahead:
         self.trainer_hf, self.sentinels = trainer_hf, sentinels
         self.state = ExpectedState(config, trainer_hf, None)
         self.seconds = None
-        device = next((t.device for t in trainer_hf.values()), None)
-        self._future = None
-        if device is not None and device.type == "cuda":
-            import torch
-            stream = torch.cuda.Stream(device)
-            stream.wait_stream(torch.cuda.current_stream(device))        # after the export's kernels
-            self._future = _pool().submit(self._run, stream)
-        elif BACKGROUND_ON_CPU:
-            self._future = _pool().submit(self._run)
+        self._future = start_ahead(self._run, trainer_hf)
 
-    def _run(self, stream=None) -> dict:
+    def _run(self) -> dict:
         t0 = time.perf_counter()
-        if stream is None:
-            out = self.state.digests(list(self.state), sentinels=self.sentinels)
-        else:
-            import torch
-            with torch.cuda.stream(stream):
-                out = self.state.digests(list(self.state), sentinels=self.sentinels)
+        out = self.state.digests(list(self.state), sentinels=self.sentinels)
         self.seconds = time.perf_counter() - t0
         return out
 
     def result(self) -> dict:
         return self._future.result() if self._future is not None else self._run()
+
+
+def start_ahead(fn, trainer_hf: dict):
+    """`fn()` begun beside the install (a `Future`), where the trainer's tensors are on a GPU: in the one background
+    thread, on its own CUDA stream, ordered after everything the caller had enqueued (the export). None elsewhere:
+    the caller computes it when it needs it (with BACKGROUND_ON_CPU, tests, in the thread too)."""
+    device = next((t.device for t in trainer_hf.values()), None)
+    if device is not None and device.type == "cuda":
+        import torch
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))        # after the export's kernels
+
+        def on_stream():
+            with torch.cuda.stream(stream):
+                return fn()
+        return _pool().submit(on_stream)
+    if BACKGROUND_ON_CPU:
+        return _pool().submit(fn)
+    return None
 
 
 _POOL = []
@@ -239,4 +245,4 @@ def _spec(digest: str) -> tuple[tuple, object]:
 
 CAPTURES = {"full-read": FullRead, "digest-first": DigestFirst}
 
-__all__ = ["CAPTURES", "Captured", "DigestFirst", "FullRead", "expected_engine_state"]
+__all__ = ["CAPTURES", "Captured", "DigestFirst", "FullRead", "expected_engine_state", "start_ahead"]

@@ -31,7 +31,7 @@ from ..engines.remote import start_call
 from ..layouts import LayoutError
 from ..record import EngineRecord, PayloadMeta, Resync, TrainerRecord
 from ..snapshot.model import Snapshot
-from .capture import Captured, DigestFirst, FullRead
+from .capture import Captured, DigestFirst, FullRead, start_ahead
 from .payload import Payload, build_payload
 from .transport import ReceiveReport, pack, unpack
 
@@ -86,11 +86,12 @@ class SyncResult:
     probes: dict | None = None           # the probe's metrics (learner vs sampler on the probe prompts)
     probe_run: object = None             # invariants.probes.ProbeRun: the log-probs P1 judges
     deferred: list = field(default_factory=list)    # left to a schedule's periodic syncs (`periodic=False`)
+    screens: object = None               # the checks' screens of the trainer's tensors, begun beside the install
 
     def context(self, probe_bounds=None):
         from invariants import CheckContext
         return CheckContext(self.config, self.payload, self.trainer, self.rollout, self.master, self.probe_run,
-                            probe_bounds)
+                            probe_bounds, screens=self.screens)
 
     @property
     def fired(self) -> list[str]:
@@ -204,8 +205,11 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         t["poison"] += time.perf_counter() - tp
     # the capture's expected side starts now, from the trainer's bytes alone (it overlaps the install)
     tb = time.perf_counter()
+    screening = None
     if catalog:
         capture.begin(config, trainer_hf, poison)
+        if checks:                         # the checks' screens of the trainer's own tensors, beside it (S3)
+            screening = _start_screens(config, trainer_hf)
     t1 = time.perf_counter()
     begun = t1 - tb                        # the capture's: counted with it below
     try:
@@ -272,6 +276,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         by_id: dict = {}
         gc_checks = _GCPauses().start()
         try:
+            res.screens = _screens(screening)
+            t["checks.screens_wait"] = time.perf_counter() - t4
             res.findings = run_catalog(res.context(probe_bounds), ids=check_ids, timings=by_id, periodic=periodic)
         finally:
             t["checks.gc"] = gc_checks.stop()
@@ -288,6 +294,24 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
                                           mem_checks - mem + t.get("checks_extra_peak_bytes", 0))
     res.seconds = {k: (v if k.endswith("_bytes") else round(v, 4)) for k, v in t.items()}
     return res
+
+
+def _start_screens(config: SyncConfig, trainer_hf: dict):
+    """`invariants.sync.trainer_screens` begun beside the install where the trainer's tensors are on a GPU (None
+    elsewhere: S3 screens them itself)."""
+    from invariants.sync import trainer_screens
+    return start_ahead(lambda: trainer_screens(config, trainer_hf), trainer_hf)
+
+
+def _screens(screening):
+    """The screens begun beside the install, or None (S3 then screens every tensor itself, and says why not if it
+    cannot either)."""
+    if screening is None:
+        return None
+    try:
+        return screening.result()
+    except Exception:  # noqa: BLE001 - a screen that failed ahead is computed again by the check, which judges it
+        return None
 
 
 class _GCPauses:
