@@ -210,7 +210,7 @@ def test_a_trainer_tensor_written_after_its_screen_is_screened_again():
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     res, _, _ = reference_sync(cfg, probes=False, capture=DigestFirst())
     name = "model.layers.0.mlp.down_proj.weight_scale_inv"
-    t = res.trainer.tensors[name]
+    t = res.trainer.tensors[name] = res.trainer.tensors[name].clone()    # the export is shared: write a copy
     screens = isync.trainer_screens(res.config, res.trainer.tensors)
     assert screens.encodings_of(t)[0] is False                   # finite and positive
     t.view(-1)[0] = -1.0                                          # in place: the version counter moves
