@@ -202,6 +202,16 @@ def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model,
                        for f in res.findings), name
 
 
+def test_the_trainer_screens_begin_only_where_s3_runs(monkeypatch):
+    """S3 is their one reader: a sync checking other invariants only (a live fault's own ids) begins none."""
+    import invariants.sync as isync
+    from harness.sync import capture as capture_mod
+    monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    assert isinstance(reference_sync(cfg, capture=DigestFirst(), check_ids=["S3"])[0].screens, isync.TrainerScreens)
+    assert reference_sync(cfg, capture=DigestFirst(), check_ids=["S1", "S2"])[0].screens is None
+
+
 def test_a_trainer_tensor_written_after_its_screen_is_screened_again():
     """The screens are taken only for the very tensor object at the version they read, under the sync's own config:
     a scale written in place afterwards (a non-positive scale_inv) is screened by S3 itself, and fires."""

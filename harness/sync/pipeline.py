@@ -208,7 +208,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     screening = None
     if catalog:
         capture.begin(config, trainer_hf, poison)
-        if checks:                         # the checks' screens of the trainer's own tensors, beside it (S3)
+        if checks and (check_ids is None or "S3" in check_ids):   # S3's screens of the trainer's tensors
             screening = _start_screens(config, trainer_hf)
     t1 = time.perf_counter()
     begun = t1 - tb                        # the capture's: counted with it below
