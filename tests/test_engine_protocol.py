@@ -9,7 +9,7 @@ from harness.numerics.settings import config_settings
 from harness.config import recommended_config
 from harness.digest import state_digest
 from harness.engines import EngineError, make_engine, register_engine
-from harness.engines.remote import Remote
+from harness.engines.remote import Remote, runs_apart, start_call
 from harness.formats.bytes import poison_
 from harness.layouts import rank_name
 from harness.numerics.forward import Weights, act_quant, dequantize_state, token_logprobs
@@ -190,3 +190,59 @@ def test_the_engine_record_stays_one_size_over_a_run():
         trainer.optimizer_step()
         res = run_sync(cfg, trainer, rollout, checks=False, resync=False)
         assert len(res.rollout.meta.updates) == 1 and res.rollout.meta.last_update.version == res.version
+
+
+class _Apart(Remote):
+    """The wrapper as over a Ray actor (`runs_apart`), run in this process, logging when each call is started and
+    when its result is awaited."""
+    log: list = []
+    in_ray = True
+
+    def submit(self, method, *args, **kwargs):
+        self.log.append(("start", method))
+        pending, log = super().submit(method, *args, **kwargs), self.log
+
+        class Logged:
+            def result(self):
+                log.append(("wait", method))
+                return pending.result()
+            reply_seconds = property(lambda self: pending.reply_seconds)
+        return Logged()
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["install", "failed-install"])
+def test_an_engine_apart_has_its_record_queued_behind_the_install(fails, monkeypatch):
+    """An engine in its own process gets the record's call before the pipeline waits for the install (its calls
+    run in the order started: the record begins the moment the install ends, with no request's leg between);
+    the findings are the same, a failed install is still recorded and judged, and the reply's leg is timed."""
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    trainer = make_engine("trainer", "cpu-reference", cfg)
+    trainer.optimizer_step()
+    if fails:
+        monkeypatch.setattr(DictEngine, "install", lambda self, *a, **k: (_ for _ in ()).throw(RuntimeError("full")))
+    with _Apart("rollout", "dict-engine-one-call", cfg) as engine:
+        _Apart.log.clear()
+        res = run_sync(cfg, trainer, engine, capture=DigestFirst())
+    order = [e for e in _Apart.log if e[1] in ("install", "record_and_digests")][:4]   # then S7's re-sync
+    assert order == [("start", "install"), ("start", "record_and_digests"), ("wait", "install"),
+                     ("wait", "record_and_digests")], order
+    assert 0 <= res.seconds["capture.record.reply"] < 60
+    if fails:
+        assert any(e.startswith("install: ") and "full" in e for e in res.errors), res.errors
+        assert {"S1"} <= set(res.fired), res.fired          # the poison survived: nothing was installed
+    else:
+        assert not res.fired and not res.unknown, [(f.invariant_id, f.message) for f in res.findings
+                                                   if f.verdict != "pass"]
+    with Remote("rollout", "dict-engine-one-call", cfg) as here:      # in this process: in order, one at a time
+        assert not runs_apart(here)
+
+
+def test_a_call_in_this_process_raises_through_its_result():
+    """`start_call` on an engine in this process runs it at once; its failure is raised by `.result()`, where a
+    remote call's is, so the pipeline handles both alike."""
+    class Engine:
+        def install(self, *a, **k):
+            raise RuntimeError("refused")
+    started = start_call(Engine(), "install", [], 1, direct=False)
+    with pytest.raises(RuntimeError, match="refused"):
+        started.result()

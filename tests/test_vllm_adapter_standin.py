@@ -153,7 +153,8 @@ def test_sync_record_and_reads_through_the_extension(engine):
     engine.llm.collective_rpc = lambda method, args=(): calls.append(method) or real(method, args)
     rec = engine.record()
     assert calls == ["fp8check_record"], calls
-    assert set(rec.seconds) == {"worker.info", "worker.settings", "worker.graph", "worker.kv_scales", "rpc", "build"}
+    assert set(rec.seconds) == {"worker.walk", "worker.info", "worker.settings", "worker.graph", "worker.kv_scales", "rpc",
+                                "build"}
     assert rec.serving.kv_scales and rec.serving.graph_storage, rec.serving
     # a digest-first capture asks for the record and the digests in that one RPC (the digests enqueued first)
     calls.clear()
@@ -395,3 +396,35 @@ def test_online_per_tensor_layers_are_read_in_checkpoint_orientation():
     assert torch.equal(got["experts.w13_weight"].view(torch.uint8), w13.view(torch.uint8))
     assert got["experts.w13_weight_scale_inv"].tolist() == [[1.0], [2.0], [3.0], [4.0]]
     assert tuple(lin.weight.shape) == (32, 24) and tuple(moe.w13_weight_scale.shape) == (4,)   # untouched
+
+
+def test_the_records_one_walk_is_what_named_parameters_and_buffers_give_and_lasts_one_record():
+    """The record's reads share one walk of the module list: the same names and tensors as `named_parameters()`
+    and `named_buffers()` (a tied tensor under its first name only), taken afresh by each record: a parameter
+    rebound or a KV scale written between records is what the next one reads."""
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    worker = Worker(cfg)
+    model = worker.model_runner.model
+    tied = model.get_submodule("model.layers.0.self_attn.qkv_proj")
+    model.add_module("tied_head", torch.nn.Module())
+    model.tied_head.register_parameter("weight", tied.weight)               # as lm_head ties the embedding
+    model.get_submodule("model.layers.1.self_attn.attn").register_buffer("_k_scale", torch.tensor([2.0, 9.0]))
+    params, buffers = worker._fp8check_tensors()
+    assert list(params) == [n for n, _ in model.named_parameters()] and "tied_head.weight" not in params
+    assert all(params[n] is p for n, p in model.named_parameters())
+    assert list(buffers) == [n for n, _ in model.named_buffers()]
+    worker.fp8check_instrument()
+    first = worker.fp8check_record(True, False)
+    assert worker._fp8check()["walk"] is None and worker._fp8check()["params"] is None
+    assert first["kv_scales"]["model.layers.1.self_attn.attn"]["k"] == 2.0      # a many-element scale: its first
+    name = "model.layers.0.mlp.down_proj.weight"
+    old = model.get_parameter(name)
+    owner = model.get_submodule(name.rsplit(".", 1)[0])
+    owner.register_parameter("weight", torch.nn.Parameter(old.detach().clone(), requires_grad=False))
+    model.get_submodule("model.layers.0.self_attn.attn")._v_scale.fill_(0.5)
+    second = worker.fp8check_record(True, False)
+    assert second["info"][name]["moved"] and not first["info"][name]["moved"]
+    assert second["info"][name]["ptr"] == owner.weight.data_ptr() != first["info"][name]["ptr"]
+    assert second["kv_scales"]["model.layers.0.self_attn.attn"]["v"] == 0.5
+    assert second["digests"][name] == first["digests"][name]                  # the same bytes, new storage
+    assert [n for n in second["graph"][1]] == [name]                            # the graphs' storage moved

@@ -12,6 +12,7 @@ the GPU runs.
 from __future__ import annotations
 
 import os
+import time
 
 from .protocol import OPTIONAL, EngineError
 from .registry import get_engine, make_engine
@@ -29,10 +30,12 @@ class EngineActor:
         self.engine = make_engine(kind, name, SyncConfig.from_dict(config_data, "engine config"), **decode(kwargs))
 
     def call(self, method: str, args, kwargs):
+        """(status, value, when this process let go of it: `time.monotonic()`, one clock for every process of a
+        host, so the caller can tell the reply's leg from the call's work)."""
         try:
-            return ("ok", encode(getattr(self.engine, method)(*decode(args), **decode(kwargs))))
+            return ("ok", encode(getattr(self.engine, method)(*decode(args), **decode(kwargs))), time.monotonic())
         except Exception as e:  # noqa: BLE001 - crosses the wire as data, re-raised as EngineError by the caller
-            return ("error", f"{e.__class__.__name__}: {e}")
+            return ("error", f"{e.__class__.__name__}: {e}", time.monotonic())
 
     def get(self, attr: str):
         return encode(getattr(self.engine, attr))
@@ -75,21 +78,36 @@ def start_ray(num_gpus: int | None = None):
 
 
 class Done:
-    """A call an engine in this process already ran (`start_call`)."""
+    """A call an engine in this process already ran (`start_call`): `.result()` gives its value or raises what it
+    raised, as a remote call's would."""
 
-    def __init__(self, value):
-        self.value = value
+    reply_seconds = None
+
+    def __init__(self, value=None, error: Exception | None = None):
+        self.value, self.error = value, error
 
     def result(self):
+        if self.error is not None:
+            raise self.error
         return self.value
 
 
-def start_call(engine, method: str, *args):
-    """`engine.method(*args)` started: through the remote wrapper (`Remote.submit`) it returns at once and the
-    engine works in its own process meanwhile; an engine in this process runs it now. `.result()` waits."""
+def runs_apart(engine) -> bool:
+    """Whether `engine`'s calls run in another process (the remote wrapper over a Ray actor): a started call then
+    returns at once, and calls started one after another run there in that order."""
+    return isinstance(engine, Remote) and engine.in_ray
+
+
+def start_call(engine, method: str, *args, **kwargs):
+    """`engine.method(*args, **kwargs)` started: through the remote wrapper (`Remote.submit`) it returns at once
+    and the engine works in its own process meanwhile; an engine in this process runs it now. `.result()` waits
+    (and raises what the call raised)."""
     if callable(getattr(type(engine), "submit", None)):     # a class attribute, never a proxy's
-        return engine.submit(method, *args)
-    return Done(getattr(engine, method)(*args))
+        return engine.submit(method, *args, **kwargs)
+    try:
+        return Done(getattr(engine, method)(*args, **kwargs))
+    except Exception as e:  # noqa: BLE001 - raised by `.result()`, where a remote call's error is
+        return Done(error=e)
 
 
 def offers(engine, method: str) -> bool:
@@ -103,14 +121,18 @@ def offers(engine, method: str) -> bool:
 class Pending:
     """A call `Remote.submit` started."""
 
+    reply_seconds = None     # set by `result`: from the engine's process letting go of the reply to here
+
     def __init__(self, remote: "Remote", ref):
         self._remote, self._ref = remote, ref
 
     def result(self):
-        status, value = self._remote._wait(self._ref)
+        status, value, sent_at = self._remote._wait(self._ref)
+        out = decode(value) if status != "error" else None
+        self.reply_seconds = time.monotonic() - sent_at
         if status == "error":
             raise EngineError(value)
-        return decode(value)
+        return out
 
 
 class Remote:
@@ -225,4 +247,4 @@ class Remote:
         self.close()
 
 
-__all__ = ["Done", "EngineActor", "Remote", "decode", "encode", "offers", "start_call", "start_ray"]
+__all__ = ["Done", "EngineActor", "Remote", "decode", "encode", "offers", "runs_apart", "start_call", "start_ray"]

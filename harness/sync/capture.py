@@ -146,6 +146,8 @@ class _RecordAndDigests:
     def __init__(self, capture: "DigestFirst", pending):
         self._capture, self._pending = capture, pending
 
+    reply_seconds = property(lambda self: self._pending.reply_seconds)
+
     def result(self):
         record, digests = self._pending.result()
         self._capture._digesting = Done(digests)
@@ -160,17 +162,18 @@ class DigestFirst:
         self._digesting = None             # the engine's digests, started with its record (`start_record`)
 
     def begin(self, config, trainer_hf: dict, poisoned: bool) -> None:
-        """The pipeline's call before the install: start the expected digests (`_Ahead`)."""
-        self._digesting = None              # nothing of an earlier sync is read in this one
+        """The pipeline's call as the install starts: start the expected digests (`_Ahead`)."""
         try:
             self._ahead = _Ahead(config, trainer_hf, poisoned)
         except (LayoutError, KeyError, ValueError, RuntimeError):
             self._ahead = None              # the capture derives it again and says why not
 
     def start_record(self, rollout):
-        """The pipeline's call after the install: the engine's record and its digests started, in one call where
+        """The pipeline's call once the install is started (an engine in its own process: the call queued behind
+        it) or done: the engine's record and its digests started, in one call where
         the engine offers one (`record_and_digests`), else the digests behind the record (a remote engine runs
         both, in order, for one wait). `.result()` gives the record; the capture takes the digests."""
+        self._digesting = None              # nothing of an earlier sync is read in this one
         if offers(rollout, "record_and_digests"):
             return _RecordAndDigests(self, start_call(rollout, "record_and_digests"))
         recording = start_call(rollout, "record")

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..config import SyncConfig
-from ..engines.remote import start_call
+from ..engines.remote import runs_apart, start_call
 from ..layouts import LayoutError
 from ..record import EngineRecord, PayloadMeta, Resync, TrainerRecord
 from ..snapshot.model import Snapshot
@@ -203,20 +203,28 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         tp = time.perf_counter()
         poisoning.result()
         t["poison"] += time.perf_counter() - tp
-    # the capture's expected side starts now, from the trainer's bytes alone (it overlaps the install)
+    # the install started first: an engine in its own process gets it at once, before this process's background
+    # thread (the capture's expected side, S3's screens) holds the interpreter for milliseconds at a time (waiting
+    # for it, the request waited up to the interpreter's 5 ms switch interval)
+    apart = runs_apart(rollout)
+    t1 = time.perf_counter()
+    installing = start_call(rollout, "install", items, version, direct=direct, knobs=knobs)
     tb = time.perf_counter()
-    screening = None
+    screening = recording = None
     if catalog:
+        if apart:      # the record's call queued behind the install (its calls run in the order started): it
+            recording = capture.start_record(rollout)     # begins there the moment the install ends
+        # the capture's expected side starts now, from the trainer's bytes alone (it overlaps the install)
         capture.begin(config, trainer_hf, poison)
         if checks and (check_ids is None or "S3" in check_ids):   # S3's screens of the trainer's tensors
             screening = _start_screens(config, trainer_hf)
-    t1 = time.perf_counter()
-    begun = t1 - tb                        # the capture's: counted with it below
+    begun = time.perf_counter() - tb       # the capture's: counted with it below
     try:
-        rollout.install(items, version, direct=direct, knobs=knobs)
+        installing.result()
     except Exception as e:  # noqa: BLE001 - the engine refused; the checks judge the state it left
         errors.append(f"install: {e}")
-    t["install"] = time.perf_counter() - t1
+    # the install's wall; an engine in this process installed before the capture began (counted there)
+    t["install"] = time.perf_counter() - t1 - (0.0 if apart else begun)
     if not catalog:
         res = SyncResult(config, version, sent, received, report, Snapshot("trainer", dict(trainer_hf), trecord),
                          Snapshot("rollout", {}, None), payload_snapshot(received, report), None, errors)
@@ -226,7 +234,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     mem = _cuda_memory()
     gc_capture = _GCPauses().start()
     try:
-        record: EngineRecord = capture.start_record(rollout).result()   # with what the capture reads beside it
+        recording = recording or capture.start_record(rollout)       # with what the capture reads beside it
+        record: EngineRecord = recording.result()
         recorded = time.perf_counter() - t2
         record.poisoned = poison               # before the capture: a digest-first one screens for survivors (S1)
         got: Captured = capture.capture(config, rollout, trainer_hf, record)
@@ -236,6 +245,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     t.update({f"capture.{k}": v for k, v in got.seconds.items()})
     t["capture.begin"], t["capture.record"] = begun, recorded
     t.update({f"capture.record.{k}": v for k, v in record.seconds.items()})    # the engine's side of it
+    if getattr(recording, "reply_seconds", None) is not None:    # the reply's leg back from the engine's process
+        t["capture.record.reply"] = recording.reply_seconds
     if not periodic:
         record.resync = Resync(deferred=True)
     elif resync and not errors:
