@@ -336,7 +336,7 @@ class FP8CheckWorkerExtension:
         from ..digest import start_state_digests
         view = self._fp8check_kernel_view(cuda_graphs)
         meta = {n for n, t in view.items() if t is None}
-        finish = start_state_digests({n: t.detach() for n, t in view.items() if t is not None})
+        finish = start_state_digests({n: t for n, t in view.items() if t is not None})     # `.data`: detached
 
         def result() -> dict:
             out = finish()
