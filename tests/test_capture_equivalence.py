@@ -237,3 +237,26 @@ def test_a_trainer_tensor_written_after_its_screen_is_screened_again():
     assert not s3(lying)
     lying.config = recommended_config("tiny-dense", "blockwise-fp32")
     assert s3(lying)
+
+
+def test_work_begun_inside_ahead_held_starts_when_the_block_ends(monkeypatch):
+    from harness.sync import capture as capture_mod
+    """The pipeline hands the background thread its work inside `ahead_held()` and the work starts as the block
+    ends, so the thread never holds the interpreter while the pipeline makes its next hand-off; the work and its
+    result are as if started at once, and an error inside the block still opens the gate."""
+    import threading
+    import time as _time
+    monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
+    started = threading.Event()
+    hf = {"w": torch.zeros(2)}
+    with capture_mod.ahead_held():
+        first = capture_mod.start_ahead(lambda: (started.set(), 1)[1], hf)
+        second = capture_mod.start_ahead(lambda: 2, hf)
+        _time.sleep(0.05)
+        assert not started.is_set()                     # held until the block ends
+    assert (first.result(timeout=10), second.result(timeout=10)) == (1, 2) and started.is_set()
+    with pytest.raises(RuntimeError):
+        with capture_mod.ahead_held():
+            third = capture_mod.start_ahead(lambda: 3, hf)
+            raise RuntimeError("a hand-off failed")
+    assert third.result(timeout=10) == 3

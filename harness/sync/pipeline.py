@@ -31,7 +31,7 @@ from ..engines.remote import runs_apart, start_call
 from ..layouts import LayoutError
 from ..record import EngineRecord, PayloadMeta, Resync, TrainerRecord
 from ..snapshot.model import Snapshot
-from .capture import Captured, DigestFirst, FullRead, start_ahead
+from .capture import Captured, DigestFirst, FullRead, ahead_held, start_ahead
 from .payload import Payload, build_payload
 from .transport import ReceiveReport, pack, unpack
 
@@ -212,12 +212,13 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     tb = time.perf_counter()
     screening = recording = None
     if catalog:
-        if apart:      # the record's call queued behind the install (its calls run in the order started): it
-            recording = capture.start_record(rollout)     # begins there the moment the install ends
-        # the capture's expected side starts now, from the trainer's bytes alone (it overlaps the install)
-        capture.begin(config, trainer_hf, poison)
-        if checks and (check_ids is None or "S3" in check_ids):   # S3's screens of the trainer's tensors
-            screening = _start_screens(config, trainer_hf)
+        with ahead_held():                 # the background thread's work starts once these hand-offs are made
+            if apart:  # the record's call queued behind the install (its calls run in the order started): it
+                recording = capture.start_record(rollout)     # begins there the moment the install ends
+            # the capture's expected side, from the trainer's bytes alone (it overlaps the install)
+            capture.begin(config, trainer_hf, poison)
+            if checks and (check_ids is None or "S3" in check_ids):   # S3's screens of the trainer's tensors
+                screening = _start_screens(config, trainer_hf)
     begun = time.perf_counter() - tb       # the capture's: counted with it below
     try:
         installing.result()
