@@ -159,12 +159,22 @@ def _trainer_act_quant(ctx: CheckContext) -> str:
     return ctx.trainer.meta.act_quant if ctx.trainer.meta is not None else "te"
 
 
-def _forward(ctx: CheckContext, values: dict, kind: str, prompts, fp8=None):
-    """The reference forward of `values`; `fp8`: the names whose GEMMs run FP8 (default: the engine's)."""
+def _forward(ctx: CheckContext, values: dict, kind: str, prompts, fp8=None, kv=None):
+    """The reference forward of `values`; `fp8`: the names whose GEMMs run FP8 (default: the engine's); `kv`: the
+    KV cache's quantizer (`_engine_kv`; None: high precision, as the learner's attention)."""
     from harness.numerics.forward import Weights, act_quant, prompts_logprobs
     cfg = ctx.config
     fp8 = cfg.engine_fp8_tensors if fp8 is None else fp8
-    return prompts_logprobs(cfg.spec, Weights(values, fp8, act_quant(kind, cfg.recipe)), prompts, layer_major=True)
+    return prompts_logprobs(cfg.spec, Weights(values, fp8, act_quant(kind, cfg.recipe), kv_quant=kv), prompts,
+                            layer_major=True)
+
+
+def _engine_kv(ctx: CheckContext):
+    """The engine's KV cache as declared (`harness.numerics.kv_cache`): its forward reads K and V back from an FP8
+    one (on the H200 a perfect engine's FP8 KV cache alone put P1's kl over a floor that left it out). None for a
+    high-precision cache; a reason string where a calibrated scale is missing."""
+    from harness.numerics.kv_cache import declared_kv_cache
+    return declared_kv_cache(ctx.config, ctx.trainer)
 
 
 def floor_logprobs(ctx: CheckContext, prompts):
@@ -195,8 +205,11 @@ def floor_logprobs(ctx: CheckContext, prompts):
     vals = _model_values(ctx, vals, "perfect-sync engine")
     if isinstance(vals, str):
         return vals
+    kv = _engine_kv(ctx)
+    if isinstance(kv, str):
+        return kv
     try:
-        return _forward(ctx, vals, _rollout_act_quant(ctx), prompts)
+        return _forward(ctx, vals, _rollout_act_quant(ctx), prompts, kv=kv)
     except _Unavailable as e:
         c = e.__cause__
         return f"the trainer's bytes do not map onto the engine's layout ({c.__class__.__name__}: {c}; see S1/S4)"
@@ -253,9 +266,12 @@ def snapshot_logprobs(ctx: CheckContext, prompts, rollout=None):
     rv = _rollout_values(ctx) if rollout is None else None
     if isinstance(rv, str):
         return rv
+    kv = _engine_kv(ctx) if rollout is None else None
+    if isinstance(kv, str):
+        return kv
     try:
         lt = _forward(ctx, tv, _trainer_act_quant(ctx), prompts, ctx.config.trainer_fp8_tensors)
-        return lt, rollout if rollout is not None else _forward(ctx, rv, _rollout_act_quant(ctx), prompts)
+        return lt, rollout if rollout is not None else _forward(ctx, rv, _rollout_act_quant(ctx), prompts, kv=kv)
     except _Unavailable as e:
         return str(e)
 

@@ -161,3 +161,55 @@ def test_an_engine_that_holds_other_bytes_gets_its_own_forward(monkeypatch):
     full, _ = _p1_forwards(monkeypatch, cfg, FullRead(), fault)
     dig, n_dig = _p1_forwards(monkeypatch, cfg, DigestFirst(), fault)
     assert n_dig == 3 and dig.verdict == full.verdict == "fail" and dig.message == full.message
+
+
+def _fp8_kv_engine_logprobs(cfg, rollout, prompts, scale, logit_scale=1.0):
+    """What an engine with an FP8 KV cache computes for the rollout's weights: K (after RoPE) and V stored as E4M3
+    at `scale` (x / scale, nearest even, saturating at 448) and read back times `scale`: vLLM's cache write and its
+    Triton attention's read, written out here apart from fp8check's own rule."""
+    from dataclasses import replace
+    from harness.numerics.forward import prompts_logprobs
+
+    def cache(t, prefix, which):
+        return (t.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float() * scale
+    w = replace(rollout.hf_weights(), kv_quant=cache, logit_scale=logit_scale)
+    return prompts_logprobs(cfg.spec, w, prompts)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.003])
+def test_a_perfect_engine_with_an_fp8_kv_cache_passes_and_the_floor_must_model_it(scale, monkeypatch):
+    """An engine whose only difference from the learner is its FP8 KV cache (what the H200's serving phase loop
+    runs: fp8_e4m3 at scale 1) passes P1: the floor's reference forward reads K and V back from the same cache. A
+    floor that leaves the cache out (as it did) fails the same engine; an engine off in another way still fails."""
+    from dataclasses import replace
+    import invariants.probes as probes
+    base = recommended_config("tiny-dense", "blockwise-fp32")
+    cfg = replace(base, rollout=replace(base.rollout, kv_cache_dtype="fp8_e4m3", kv_scale=scale))
+    res, _, rollout = reference_sync(cfg, probes=True)
+    prompts = res.probe_run.prompts
+    engine = ProbeRun(prompts, res.probe_run.trainer, _fp8_kv_engine_logprobs(cfg, rollout, prompts, scale))
+    (f,) = _p1(res, engine)
+    assert f.verdict == "pass", f
+    off = ProbeRun(prompts, res.probe_run.trainer, _fp8_kv_engine_logprobs(cfg, rollout, prompts, scale, 1.5))
+    assert {x.verdict for x in _p1(res, off)} == {"fail"}
+    monkeypatch.setattr(probes, "_engine_kv", lambda ctx: None)           # the floor without the KV cache
+    assert {x.verdict for x in _p1(res, engine)} == {"fail"}
+
+
+def test_an_fp8_kv_round_trip_is_e4m3_at_the_scale_saturating():
+    from harness.numerics.kv_cache import fp8_kv_cache
+    q = fp8_kv_cache(lambda prefix, which: 2.0)
+    x = torch.tensor([0.6, 1000.0, -1000.0, 0.0, float("nan")])
+    got = q(x, "model.layers.0.", "k")
+    # 0.6 / 2 = 0.3 -> 0.3125 (1.010b x 2^-2, the nearer E4M3), x 2; 1000 / 2 saturates at 448, x 2
+    assert got[:4].tolist() == [0.625, 896.0, -896.0, 0.0] and math.isnan(got[4])
+
+
+def test_calibrated_kv_scales_missing_from_the_trainer_are_named():
+    from dataclasses import replace
+    from harness.numerics.kv_cache import declared_kv_cache
+    base = recommended_config("tiny-dense", "blockwise-fp32")
+    cfg = replace(base, rollout=replace(base.rollout, kv_cache_dtype="fp8_e4m3", kv_scales="calibrated"))
+    assert declared_kv_cache(cfg, {}) == "the trainer declares no model.layers.0.self_attn.k_scale (calibrated " \
+                                         "KV-cache scales)"
+    assert declared_kv_cache(base) is None

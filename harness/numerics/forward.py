@@ -112,6 +112,7 @@ class Weights:
     act_quant: ActQuant | None
     act_dtype: torch.dtype | None = None   # activations stored in this dtype (serving engines); None: fp32
     logit_scale: float = 1.0            # logits multiplied by this before the softmax (vLLM LogitsProcessor.scale)
+    kv_quant: object = None             # K and V as the engine's KV cache holds them, f(t, layer prefix, "k" | "v")
 
     def act(self, x: torch.Tensor) -> torch.Tensor:
         """An activation as the engine stores it (rounded to `act_dtype`, computed on in fp32)."""
@@ -180,6 +181,8 @@ def _attention(spec: ModelSpec, W: Weights, x, p, cache=None):            # x [.
     cached = cache.get(p) if cache is not None else None
     start = 0 if cached is None else cached[0].shape[-3]
     q, k = W.act(_rope(q, spec.rope_theta, start)), W.act(_rope(k, spec.rope_theta, start))
+    if W.kv_quant is not None:           # an FP8 KV cache: attention reads K and V back from it
+        k, v = W.kv_quant(k, p, "k"), W.kv_quant(v, p, "v")
     if cached is not None:
         k, v = torch.cat([cached[0], k], -3), torch.cat([cached[1], v], -3)
     if cache is not None:

@@ -1,0 +1,43 @@
+"""The engine's FP8 KV cache in the reference forward: K (after RoPE) and V as vLLM's cache write stores them and its
+attention reads them back -- x / scale rounded to E4M3 (nearest even, saturating at +-448: the fp8 conversion's
+`satfinite`), times the scale. vLLM's Triton attention reads every token's K and V from the cache, the prompt's
+own included, so the log-probs of an engine with `kv_cache_dtype=fp8*` carry this error whatever its weights: a
+probe's reference that leaves it out sets its floor below what a perfect sync's engine measures."""
+from __future__ import annotations
+
+import torch
+
+E4M3_MAX = 448.0
+
+
+def fp8_kv_cache(scale_of):
+    """`Weights.kv_quant` for an FP8 KV cache: `scale_of(layer prefix, "k" | "v")` gives the layer's scale."""
+    def quant(t: torch.Tensor, prefix: str, which: str) -> torch.Tensor:
+        s = float(scale_of(prefix, which))
+        return (t.float() / s).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float() * s
+    return quant
+
+
+def declared_kv_cache(config, trainer=None):
+    """The KV cache a perfect sync's engine runs: None for a high-precision one; an FP8 one at the declared scales
+    (uniform `rollout.kv_scale`, or the calibrated `model.layers.N.self_attn.{k,v}_scale` this sync's trainer
+    carries); a reason string where a calibrated scale is missing."""
+    if not config.fp8_kv_cache:
+        return None
+    if not config.calibrated_kv:
+        s = float(config.rollout.kv_scale)
+        return fp8_kv_cache(lambda prefix, which: s)
+    scales = {}
+    for i, lt in enumerate(config.spec.layer_types):
+        if lt != "full_attention":
+            continue
+        for which in ("k", "v"):
+            name = f"model.layers.{i}.self_attn.{which}_scale"
+            t = trainer.get(name) if trainer is not None else None
+            if t is None:
+                return f"the trainer declares no {name} (calibrated KV-cache scales)"
+            scales[(f"model.layers.{i}.", which)] = float(t)
+    return fp8_kv_cache(lambda prefix, which: scales[(prefix, which)])
+
+
+__all__ = ["E4M3_MAX", "declared_kv_cache", "fp8_kv_cache"]
