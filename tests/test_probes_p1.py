@@ -199,10 +199,11 @@ def test_a_perfect_engine_with_an_fp8_kv_cache_passes_and_the_floor_must_model_i
 def test_an_fp8_kv_round_trip_is_e4m3_at_the_scale_saturating():
     from harness.numerics.kv_cache import fp8_kv_cache
     q = fp8_kv_cache(lambda prefix, which: 2.0)
-    x = torch.tensor([0.6, 1000.0, -1000.0, 0.0, float("nan")])
+    x = torch.tensor([0.6, 1000.0, -1000.0, 0.0, float("inf"), float("nan")])
     got = q(x, "model.layers.0.", "k")
-    # 0.6 / 2 = 0.3 -> 0.3125 (1.010b x 2^-2, the nearer E4M3), x 2; 1000 / 2 saturates at 448, x 2
-    assert got[:4].tolist() == [0.625, 896.0, -896.0, 0.0] and math.isnan(got[4])
+    # 0.6 / 2 = 0.3 -> 0.3125 (1.010b x 2^-2, the nearer E4M3), x 2; 1000 / 2 and inf saturate at 448 (satfinite),
+    # x 2; NaN stays NaN (P1 then fails on non-finite log-probs)
+    assert got[:5].tolist() == [0.625, 896.0, -896.0, 0.0, 896.0] and math.isnan(got[5])
 
 
 def test_calibrated_kv_scales_missing_from_the_trainer_are_named():
