@@ -20,9 +20,16 @@ SERVING_FAULTS = ("kv_scale_placeholder", "graph_buffer_reallocated", "prefix_ca
 
 
 def _verdicts(findings) -> dict:
-    return {"fired": sorted({f.invariant_id for f in findings if f.verdict == FAIL}),
-            "unknown": sorted({f.invariant_id for f in findings if f.verdict == UNKNOWN}),
-            "findings": [f.to_json() for f in findings if f.verdict != "pass"][:12]}
+    """Fired and unknown ids, the non-passing findings, and P1's metrics, bounds and floor whatever its verdict (a
+    passing probe's margin is what tells a drifting engine from a sound one; the H200's serving loop failed once
+    with no green phase's margin on record)."""
+    out = {"fired": sorted({f.invariant_id for f in findings if f.verdict == FAIL}),
+           "unknown": sorted({f.invariant_id for f in findings if f.verdict == UNKNOWN}),
+           "findings": [f.to_json() for f in findings if f.verdict != "pass"][:12]}
+    probe = next((f for f in findings if f.invariant_id == "P1" and f.evidence), None)
+    if probe is not None:
+        out["probe"] = {k: probe.evidence.get(k) for k in ("metrics", "bounds", "floor", "source")}
+    return out
 
 
 def serving_checks(config: SyncConfig, rollout, ids) -> list:

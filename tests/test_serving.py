@@ -23,6 +23,9 @@ def test_phase_loop_holds_and_catches_every_serving_fault():
     assert loop_ok(rep), rep
     assert {f["fault"] for f in rep["faults"] if f["verdict"] == "caught"} == set(SERVING_FAULTS)
     assert [p["phase"] for p in rep["phases"]][:3] == ["boot", "sync step 1", "wake level 1"]
+    # every probed sync's P1 margin is on record, passing ones too (the floor reads K and V back from FP8)
+    probed = [p for p in rep["phases"] if p["phase"].startswith("sync step")]
+    assert probed and all(p["probe"]["metrics"]["kl"] <= p["probe"]["bounds"]["kl"] for p in probed), probed
 
 
 def test_serving_checks_apply_only_where_the_config_serves_that_way():
