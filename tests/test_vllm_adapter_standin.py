@@ -428,3 +428,15 @@ def test_the_records_one_walk_is_what_named_parameters_and_buffers_give_and_last
     assert second["kv_scales"]["model.layers.0.self_attn.attn"]["v"] == 0.5
     assert second["digests"][name] == first["digests"][name]                  # the same bytes, new storage
     assert [n for n in second["graph"][1]] == [name]                            # the graphs' storage moved
+
+
+def test_a_record_whose_reads_fail_leaves_no_walk_behind(monkeypatch):
+    """The walk is the record's alone: a read that raises (here the online-orientation pass) leaves nothing a later
+    read would take for the engine's state now."""
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    worker = Worker(cfg)
+    worker.fp8check_instrument()
+    monkeypatch.setattr(Worker, "_fp8check_params", lambda self: (_ for _ in ()).throw(RuntimeError("mid-reload")))
+    with pytest.raises(RuntimeError, match="mid-reload"):
+        worker.fp8check_record(True, None)
+    assert worker._fp8check()["walk"] is None and worker._fp8check()["params"] is None

@@ -275,11 +275,11 @@ class FP8CheckWorkerExtension:
         then overlaps them (a digest-first capture's one call)."""
         import time
         st = self._fp8check()
-        t = time.perf_counter()
-        st["walk"] = self._fp8check_tensors()          # every read below sees the one walk (and one view)
-        st["params"] = self._fp8check_params()
-        seconds = {"walk": time.perf_counter() - t}
         try:
+            t = time.perf_counter()
+            st["walk"] = self._fp8check_tensors()      # every read below sees the one walk (and one view)
+            st["params"] = self._fp8check_params()
+            seconds = {"walk": time.perf_counter() - t}
             t = time.perf_counter()
             finish = self._fp8check_start_digests(digests) if digests is not None else None
             if finish is not None:
