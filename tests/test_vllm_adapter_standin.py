@@ -440,3 +440,20 @@ def test_a_record_whose_reads_fail_leaves_no_walk_behind(monkeypatch):
     with pytest.raises(RuntimeError, match="mid-reload"):
         worker.fp8check_record(True, None)
     assert worker._fp8check()["walk"] is None and worker._fp8check()["params"] is None
+
+
+def test_a_parameter_left_on_meta_is_digested_by_its_dtype_and_shape():
+    """A layer whose reload never finished holds meta parameters: the worker's digests name them by dtype and
+    shape (S1 and S7 read that), beside the real digests of the others."""
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    worker = Worker(cfg)
+    model = worker.model_runner.model
+    name = "model.layers.0.mlp.down_proj.weight"
+    owner = model.get_submodule(name.rsplit(".", 1)[0])
+    shape, dtype = tuple(owner.weight.shape), owner.weight.dtype
+    owner.register_parameter("weight", torch.nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"),
+                                                          requires_grad=False))
+    got = worker.fp8check_digests()
+    assert got[name] == f"meta:{str(dtype).removeprefix('torch.')}:{shape[0]}x{shape[1]}"
+    assert all(d.startswith("fx:") for n, d in got.items() if n != name)
+    assert worker.fp8check_record(True, False)["digests"][name] == got[name]

@@ -57,16 +57,6 @@ def _decode(obj):
     return decode(obj)
 
 
-_DTYPE_NAMES: dict = {}
-
-
-def _dtype_name(dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
-    return name
-
-
 # model -> {scan kind: name -> module} (`_fp8check_modules`); weak: a released engine's model is not kept
 _MODULE_SCANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -258,12 +248,13 @@ class FP8CheckWorkerExtension:
         return warm_kernels(self._fp8check_device())
 
     def fp8check_info(self) -> dict:
+        from ..sync.payload import dtype_name
         ptrs0 = self._fp8check()["ptrs"] or {}
         out = {}
         for n, p in self._fp8check_params().items():
             meta = p.is_meta
             ptr = None if meta else p.data_ptr()
-            out[n] = {"shape": list(p.shape), "dtype": _dtype_name(p.dtype), "ptr": ptr, "meta": meta,
+            out[n] = {"shape": list(p.shape), "dtype": dtype_name(p.dtype), "ptr": ptr, "meta": meta,
                       "moved": ptr is not None and n in ptrs0 and ptr != ptrs0[n]}
         return out
 
@@ -334,18 +325,10 @@ class FP8CheckWorkerExtension:
     def _fp8check_start_digests(self, cuda_graphs: bool = False):
         """`fp8check_digests` started: the kernels enqueued, the result when the returned function is called."""
         from ..digest import start_state_digests
-        view = self._fp8check_kernel_view(cuda_graphs)
-        meta = {n for n, t in view.items() if t is None}
-        finish = start_state_digests({n: t for n, t in view.items() if t is not None})     # `.data`: detached
-
-        def result() -> dict:
-            out = finish()
-            ps = self._fp8check_params() if meta else {}
-            for n in meta:
-                p = ps[n]
-                out[n] = f"meta:{str(p.dtype).removeprefix('torch.')}:{'x'.join(map(str, p.shape)) or 'scalar'}"
-            return out
-        return result
+        view = self._fp8check_kernel_view(cuda_graphs)         # `.data`: detached already
+        ps = self._fp8check_params() if any(t is None for t in view.values()) else {}
+        # a parameter left on the meta device is digested as its meta tensor: named by its dtype and shape
+        return start_state_digests({n: ps[n].data if t is None else t for n, t in view.items()})
 
     def fp8check_kv_scales(self) -> dict:
         """Attention layer -> its KV-cache scales as the kernels read them (floats; None where absent)."""
