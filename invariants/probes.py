@@ -93,8 +93,12 @@ def probe_metrics(lp_train: list[torch.Tensor], lp_roll: list[torch.Tensor], adv
 def calibrated_bounds(reference: dict, factor: float = FACTOR) -> dict:
     """Bounds from a reference's metrics (P1's floor): its numeric difference times `factor`, never tighter than
     the field thresholds. A non-finite reference gives a non-finite bound (which P1 fails on, never passes)."""
-    return {k: max(b, (reference[k] - (1.0 if k == "mult_prob_error_median" else 0.0)) * factor
-                   + (1.0 if k == "mult_prob_error_median" else 0.0)) for k, b in BOUNDS.items()}
+    out = {}
+    for k, b in BOUNDS.items():
+        one = 1.0 if k == "mult_prob_error_median" else 0.0
+        v = (reference[k] - one) * factor + one
+        out[k] = v if v != v else max(b, v)     # max(b, NaN) is b: a NaN floor must stay NaN
+    return out
 
 
 class _Unavailable(Exception):

@@ -214,3 +214,16 @@ def test_calibrated_kv_scales_missing_from_the_trainer_are_named():
     assert declared_kv_cache(cfg, {}) == "the trainer declares no model.layers.0.self_attn.k_scale (calibrated " \
                                          "KV-cache scales)"
     assert declared_kv_cache(base) is None
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_floor_fails_p1_never_the_field_bound(clean, bad, monkeypatch):
+    """A reference the engine's declared numerics make non-finite (here a KV-cache scale of NaN or inf) gives a
+    non-finite bound, which P1 fails on: `max(field, NaN)` is the field bound, which a finite probe passed."""
+    import invariants.probes as probes
+    from harness.numerics.kv_cache import fp8_kv_cache
+    from invariants.probes import calibrated_bounds
+    assert all(v != v for v in calibrated_bounds({k: float("nan") for k in probes.BOUNDS}).values())
+    monkeypatch.setattr(probes, "_engine_kv", lambda ctx: fp8_kv_cache(lambda prefix, which: bad))
+    (f,) = _p1(clean, clean.probe_run)
+    assert f.verdict == "fail" and "reference bound" in f.message and "not finite" in f.message, f
