@@ -120,8 +120,8 @@ class SyncConfig:
             raise ConfigError(f"rollout.kv_cache_dtype: {self.rollout.kv_cache_dtype!r} is not one of {KV_CACHE_DTYPES}")
         if self.rollout.kv_scales not in KV_SCALE_SOURCES:
             raise ConfigError(f"rollout.kv_scales: {self.rollout.kv_scales!r} is not one of {KV_SCALE_SOURCES}")
-        if not self.rollout.kv_scale > 0:
-            raise ConfigError(f"rollout.kv_scale must be > 0, got {self.rollout.kv_scale!r}")
+        if not 0 < self.rollout.kv_scale < float("inf"):     # NaN fails both comparisons
+            raise ConfigError(f"rollout.kv_scale must be finite and > 0, got {self.rollout.kv_scale!r}")
         if self.rollout.quantization not in ENGINE_QUANTIZATION:
             raise ConfigError(f"rollout.quantization: {self.rollout.quantization!r} is not one of {ENGINE_QUANTIZATION}")
         if self.rollout.quantization == "online-per-block" and (

@@ -97,7 +97,9 @@ def test_config_dotted_and_nested_are_the_same():
                                       ({"recipe": "blockwise-fp64"}, "unknown recipe"),
                                       ({"model": "tiny-xl"}, "unknown model"),
                                       ({"sync_mode": "lazy"}, "sync_mode"),
-                                      ({"exclude": "mlp.gate"}, "exclude must be a list")])
+                                      ({"exclude": "mlp.gate"}, "exclude must be a list"),
+                                      ({"rollout": {"kv_scale": float("inf")}}, "kv_scale must be finite and > 0"),
+                                      ({"rollout": {"kv_scale": float("nan")}}, "kv_scale must be finite and > 0")])
 def test_config_errors_name_the_key(data, msg):
     with pytest.raises(ConfigError, match=msg):
         SyncConfig.from_dict(data, "job.yaml")
