@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from harness.layouts import split_rank_name
+from harness.numerics.kv_cache import declared_kv_scales
 
 from .base import CheckContext, fail, invariant, passed, unknown
 
@@ -19,26 +20,16 @@ def _serving(ctx: CheckContext):
 
 def _declared_kv(ctx: CheckContext):
     """Attention layer (as the engine reports it) -> {"k": v, "v": v, ...} the kernels must read, or a reason.
-    Uniform: every scale is rollout.kv_scale. Calibrated: k and v as the trainer's calibration this sync carries
-    (`model.layers.N.self_attn.{k,v}_scale`); q and prob are not calibrated and not judged."""
+    k and v as `harness.numerics.kv_cache.declared_kv_scales` rules (P1's forward reads K and V through the same);
+    a uniform cache's q and prob are rollout.kv_scale too, a calibrated one's are not calibrated and not judged."""
     cfg = ctx.config
     layers = sorted(_serving(ctx).kv_scales)
-    if not cfg.calibrated_kv:
-        want = cfg.rollout.kv_scale
-        return {layer: {"k": want, "v": want, "q": want, "prob": want} for layer in layers}
-    if ctx.trainer is None:
-        return "no trainer snapshot: the calibrated scales this sync declares are unknown"
-    out = {}
-    for layer in layers:
-        hf = split_rank_name(layer)[1].removesuffix(".attn")           # model.layers.N.self_attn
-        d = {}
-        for which in ("k", "v"):
-            t = ctx.trainer.get(f"{hf}.{which}_scale")
-            if t is None:
-                return f"the trainer declares no {which} scale for {hf} (calibrated KV-cache scales)"
-            d[which] = float(t)
-        out[layer] = d
-    return out
+    module = {layer: split_rank_name(layer)[1].removesuffix(".attn") for layer in layers}   # model.layers.N.self_attn
+    scales = declared_kv_scales(cfg, ctx.trainer, sorted(set(module.values())))
+    if isinstance(scales, str):
+        return scales
+    extra = {} if cfg.calibrated_kv else {"q": cfg.rollout.kv_scale, "prob": cfg.rollout.kv_scale}
+    return {layer: {**scales[module[layer]], **extra} for layer in layers}
 
 
 def _judge_kv(scales: dict, want: dict, when: str, what: str) -> list:

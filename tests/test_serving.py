@@ -92,3 +92,33 @@ def test_greedy_with_the_kv_cache_picks_the_tokens_of_a_full_recompute(model):
                 seq.append(tok)
     assert all(gap <= NEAR_TIE for gap in gaps), gaps     # NaN fails
     assert sum(gap == 0.0 for gap in gaps) >= len(gaps) - 2, gaps   # a near-tie is the exception, not the rule
+
+
+def test_r1_and_p1_read_the_calibrated_kv_scales_from_one_rule():
+    """R1 (the scales the engine must serve) and P1's reference forward (the scales K and V are read back through)
+    take the calibration from one rule: a changed trainer scale moves both, a missing one is named alike by both."""
+    import torch
+
+    from harness.numerics.kv_cache import declared_kv_cache
+    from harness.snapshot import Snapshot
+    from invariants import run_catalog
+    from invariants.serving import _declared_kv
+    cfg = serving_config(kv_scales="calibrated")
+    ctx = reference_sync(cfg, checks=False)[0].context()
+    name = "model.layers.0.self_attn.k_scale"
+    tensors = dict(ctx.trainer.tensors)
+    s = torch.tensor(0.3)                        # not a power of two: another scale rounds x differently
+    tensors[name] = s
+    ctx.trainer = Snapshot("trainer", tensors, ctx.trainer.meta)
+    layer = next(layer for layer in _declared_kv(ctx) if ".layers.0." in layer)
+    assert _declared_kv(ctx)[layer]["k"] == s.item()
+    kv = declared_kv_cache(cfg, ctx.trainer)
+    # x / s = 1 is exact in E4M3, so x comes back; at scale 1, 0.3 rounds to 0.3125
+    assert kv(s.reshape(1), "model.layers.0.", "k").item() == s.item()
+    assert [f.verdict for f in run_catalog(ctx, ids=["R1"])] == ["fail"]      # the engine still serves the old one
+    del tensors[name]
+    ctx.trainer = Snapshot("trainer", tensors, ctx.trainer.meta)
+    reason = f"the trainer declares no {name} (calibrated KV-cache scales)"
+    assert declared_kv_cache(cfg, ctx.trainer) == reason
+    r1 = run_catalog(ctx, ids=["R1"])
+    assert [(f.verdict, f.message) for f in r1] == [("unknown", reason)], r1

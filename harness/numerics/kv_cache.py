@@ -18,26 +18,40 @@ def fp8_kv_cache(scale_of):
     return quant
 
 
-def declared_kv_cache(config, trainer=None):
-    """The KV cache a perfect sync's engine runs: None for a high-precision one; an FP8 one at the declared scales
-    (uniform `rollout.kv_scale`, or the calibrated `model.layers.N.self_attn.{k,v}_scale` this sync's trainer
-    carries); a reason string where a calibrated scale is missing."""
-    if not config.fp8_kv_cache:
-        return None
+def declared_kv_scales(config, trainer, attention) -> dict | str:
+    """The k and v scales a perfect sync's engine holds for each attention module (`model.layers.N.self_attn`):
+    `rollout.kv_scale` for a uniform cache, or the calibration this sync's trainer carries
+    (`model.layers.N.self_attn.{k,v}_scale`); a reason string where a calibrated scale is missing. The one rule for
+    R1 (what the engine must serve) and P1 (what its forward reads K and V through)."""
     if not config.calibrated_kv:
         s = float(config.rollout.kv_scale)
-        return fp8_kv_cache(lambda prefix, which: s)
-    scales = {}
-    for i, lt in enumerate(config.spec.layer_types):
-        if lt != "full_attention":
-            continue
+        return {a: {"k": s, "v": s} for a in attention}
+    if trainer is None:
+        return "no trainer snapshot: the calibrated scales this sync declares are unknown"
+    out = {}
+    for a in attention:
+        d = {}
         for which in ("k", "v"):
-            name = f"model.layers.{i}.self_attn.{which}_scale"
-            t = trainer.get(name) if trainer is not None else None
+            t = trainer.get(f"{a}.{which}_scale")
             if t is None:
-                return f"the trainer declares no {name} (calibrated KV-cache scales)"
-            scales[(f"model.layers.{i}.", which)] = float(t)
-    return fp8_kv_cache(lambda prefix, which: scales[(prefix, which)])
+                return f"the trainer declares no {a}.{which}_scale (calibrated KV-cache scales)"
+            d[which] = float(t)
+        out[a] = d
+    return out
 
 
-__all__ = ["E4M3_MAX", "declared_kv_cache", "fp8_kv_cache"]
+def declared_kv_cache(config, trainer=None):
+    """The KV cache a perfect sync's engine runs: None for a high-precision one; an FP8 one at the declared scales
+    (`declared_kv_scales` over the model's full-attention layers); a reason string where a calibrated scale is
+    missing."""
+    if not config.fp8_kv_cache:
+        return None
+    attention = [f"model.layers.{i}.self_attn" for i, lt in enumerate(config.spec.layer_types)
+                 if lt == "full_attention"]
+    scales = declared_kv_scales(config, trainer, attention)
+    if isinstance(scales, str):
+        return scales
+    return fp8_kv_cache(lambda prefix, which: scales[prefix + "self_attn"][which])
+
+
+__all__ = ["E4M3_MAX", "declared_kv_cache", "declared_kv_scales", "fp8_kv_cache"]
