@@ -245,6 +245,16 @@ class _ScaleEncodings:
         v = flat.float()
         return [~(torch.isfinite(v) & (v > 0)), ~is_pow2(v)]
 
+    @property
+    def masks(self) -> int:
+        return len(self._flags)
+
+    def read(self, s) -> list | None:
+        """The flags (one per mask) of a scale this screen read itself; None for one it did not read (absent, taken
+        from `ahead`, or a wire scale aliased to the trainer's)."""
+        i = self._index.get(id(s))
+        return None if i is None else [f[i] for f in self._flags]
+
     def _get(self, s, k):
         key = self._alias.get(id(s), id(s))
         done = self._ahead.get(key)
@@ -316,10 +326,10 @@ def trainer_screens(config, trainer_hf) -> TrainerScreens:
     recipe = config.recipe
     enc = _ScaleEncodings(ctx, recipe)
     zb = _zero_block_flags(ctx, recipe)
-    scales = [ctx.trainer[scale_name(n)] for n in _fp8_names(ctx)
-              if scale_name(n) in ctx.trainer and id(ctx.trainer[scale_name(n)]) in enc._index]
-    masks = len(enc._flags)
-    flags = resolve([enc._get(t, k) for t in scales for k in range(masks)] + list(zb.values()))
+    read = [(t, enc.read(t)) for t in (ctx.trainer.get(scale_name(n)) for n in _fp8_names(ctx)) if t is not None]
+    read = [(t, f) for t, f in read if f is not None]
+    scales, masks = [t for t, _ in read], enc.masks
+    flags = resolve([f for _, fs in read for f in fs] + list(zb.values()))
     encodings = {id(t): (t, t._version, flags[i * masks:(i + 1) * masks]) for i, t in enumerate(scales)}
     rest = flags[len(scales) * masks:]
     zero_blocks = {n: (ctx.trainer[n], ctx.trainer[scale_name(n)],
