@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 from harness.layouts import split_rank_name
-from harness.numerics.kv_cache import declared_kv_scales
 
 from .base import CheckContext, fail, invariant, passed, unknown
 
@@ -22,6 +21,7 @@ def _declared_kv(ctx: CheckContext):
     """Attention layer (as the engine reports it) -> {"k": v, "v": v, ...} the kernels must read, or a reason.
     k and v as `harness.numerics.kv_cache.declared_kv_scales` rules (P1's forward reads K and V through the same);
     a uniform cache's q and prob are rollout.kv_scale too, a calibrated one's are not calibrated and not judged."""
+    from harness.numerics.kv_cache import declared_kv_scales      # torch: not on the pre-flight path
     cfg = ctx.config
     layers = sorted(_serving(ctx).kv_scales)
     module = {layer: split_rank_name(layer)[1].removesuffix(".attn") for layer in layers}   # model.layers.N.self_attn
