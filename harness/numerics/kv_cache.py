@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-E4M3_MAX = 448.0
+from ..formats.constants import E4M3_MAX
 
 
 def fp8_kv_cache(scale_of):
@@ -54,4 +54,4 @@ def declared_kv_cache(config, trainer=None):
     return fp8_kv_cache(lambda prefix, which: scales[prefix + "self_attn"][which])
 
 
-__all__ = ["E4M3_MAX", "declared_kv_cache", "declared_kv_scales", "fp8_kv_cache"]
+__all__ = ["declared_kv_cache", "declared_kv_scales", "fp8_kv_cache"]

@@ -26,8 +26,8 @@ import torch
 
 from ..formats.blockwise import pad_blocks
 from ..formats.cast import cast_to_fp8
+from ..formats.constants import E4M3_MAX
 
-E4M3_MAX = 448.0
 MIN_SCALING_FACTOR = 1.0 / (E4M3_MAX * 512.0)      # vLLM's min_scaling_factor<e4m3>
 
 
