@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole GPU campaign in a few device calls (each call at most 10 minutes; the machine is kept only briefly
-# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 45)
+# between calls, so each call is planned in advance): bash ci/gpu_plan.sh CALL   (CALL: 1 .. 47)
 #   1  numerics (TE / Triton / Megatron conformance), then vLLM conformance on the dense model
 #   2  vLLM conformance on the MoE model, then the live suite
 #   3  `fp8check live` on the tiny models, then the serving phase loop
@@ -88,6 +88,9 @@
 #      300 s when the eleventh session ran it: the phase took 295 s on a fresh machine and was cut short; 236 s alone)
 #  45  the live faults at the largest shapes the per-sync bench measures, which no session has run: `fp8check live` at
 #      Qwen3-8B x 24 with the real-shape faults, the per-sync bench at x 24, `fp8check live` at Qwen3-30B-A3B x 4
+#  46  beside call 45 at one commit: the quantizer bench (the Triton kernel against TE's in the same run), phases
+#      `numerics` (29 tests: a 100 s cap cut it at 22 on 2026-12-03), `checkkernels` and `user`
+#  47  the serving phase loop (P1 with the FP8 KV cache after sleep / wake), `fp8check live` at Qwen3-30B-A3B x 2
 # The device copies the working tree with each call, 64 MiB in all with the carried paths: a staging part is 60 MiB,
 # so the tracked files must stay under 4 MiB during staging (move ci/gpu-results and ci/e2e-results out and back).
 # On one GPU the phases of a call run one after another: on 2026-12-01 phases started side by side made vLLM's
@@ -274,7 +277,10 @@ case $CALL in
         scale_dropped postprocess_twice stale_layer_unstamped
       SYNC_LAYERS=24 SYNC_MODES=bare,per_sync SYNC_STEPS=4 bench_sync qwen3-8b
       live_real qwen3-30b-a3b 4 experts_permuted scale_bit_flip scale_dropped postprocess_skipped ;;
-  *) echo "gpu_plan.sh: CALL must be 1 to 45, got $CALL" >&2; exit 2 ;;
+  46) bench_quantize; phase numerics 200; phase checkkernels 100; phase user 200 ;;
+  47) phase serving 420
+      live_real qwen3-30b-a3b 2 experts_permuted scale_bit_flip scale_dropped postprocess_skipped ;;
+  *) echo "gpu_plan.sh: CALL must be 1 to 47, got $CALL" >&2; exit 2 ;;
 esac
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 log "call $CALL done"
