@@ -75,10 +75,14 @@ def test_a_non_finite_bound_fails_closed(clean, bad):
     assert f.verdict == "fail" and "not finite" in f.message, f
 
 
-def test_the_probe_forward_holds_one_layer_of_dequantized_weights_at_a_time():
+@pytest.mark.parametrize("lengths", ["one", "distinct"])
+def test_the_probe_forward_holds_one_layer_of_dequantized_weights_at_a_time(lengths):
     """P1's reference forward runs layer-major through a one-layer window: every weight is made once per forward
-    (not once per prompt), a layer's values are released before the next layer's are made, and the log-probs
-    are the per-prompt forward's bit for bit."""
+    (not once per prompt), a layer's values are released before the next layer's are made, and the log-probs are
+    the per-prompt forward's. Prompts of distinct lengths run one a batch, the per-prompt GEMMs: bit for bit.
+    Prompts of one length run as one [B, T] batch, whose GEMMs have B x T rows: the BLAS may sum a row in another
+    order at another row count (an AVX512 CPU does at 36 x 512 @ 512 x 512, 4.8e-7 apart in the log-probs; the
+    earlier sessions' CPUs gave equal bits), so that case holds to float32's rounding, not to the bit."""
     import gc
     import weakref
     from harness.lazy import LazyMap
@@ -100,13 +104,20 @@ def test_the_probe_forward_holds_one_layer_of_dequantized_weights_at_a_time():
         return v
 
     prompts = prompts_for(cfg.spec.vocab_size)
-    assert len(prompts) > 1
+    if lengths == "distinct":
+        prompts = [p[:len(p) - i] for i, p in enumerate(prompts)]
+    assert len(prompts) > 1 and len({len(p) for p in prompts}) == (1 if lengths == "one" else len(prompts))
     lazy = Weights(LazyMap(list(base), make), frozenset(), None)
     got = prompts_logprobs(cfg.spec, lazy, prompts, layer_major=True)
     layer_names = [n for n in base if n.startswith("model.layers.")]
     assert sorted(n for n in made if n in layer_names) == sorted(layer_names)     # each made once, not per prompt
     want = prompts_logprobs(cfg.spec, Weights(base, frozenset(), None), prompts)
-    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert [a.shape for a in got] == [b.shape for b in want]
+    if lengths == "distinct":
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    else:
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1.3e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("side", ["trainer", "rollout"])
