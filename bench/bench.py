@@ -32,7 +32,7 @@ def timed(fn, n=3):
 
 
 def bench_quantize(out):
-    from harness.formats import quantize_blockwise, quantize_mxfp8
+    from fp8check.harness.formats import quantize_blockwise, quantize_mxfp8
     x = torch.randn(4096, 4096).to(torch.bfloat16)
     mb = x.numel() * 2 / 2 ** 20
     floor = timed(lambda: x.clone(), 5)
@@ -47,8 +47,8 @@ def bench_quantize(out):
 
 
 def bench_digest(out):
-    from harness.digest import state_digest
-    from harness.sync.payload import tensor_digest
+    from fp8check.harness.digest import state_digest
+    from fp8check.harness.sync.payload import tensor_digest
     x = torch.randn(4096, 4096)
     mb = x.numel() * 4 / 2 ** 20
     floor = timed(lambda: x.clone(), 5)
@@ -62,9 +62,9 @@ def bench_digest(out):
 
 
 def bench_sync(out):
-    from harness.config import recommended_config
-    from harness.sync.pipeline import reference_sync
-    from invariants import run_catalog
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.sync.pipeline import reference_sync
+    from fp8check.invariants import run_catalog
     for model in ("tiny-dense", "tiny-moe", "tiny-hybrid"):
         cfg = recommended_config(model, "blockwise-fp32")
         reference_sync(cfg, checks=False)                     # warm the memoized trainer / engine state
@@ -84,14 +84,14 @@ def bench_sync(out):
 def reference_cell_seconds() -> float:
     """One clean tiny-dense blockwise-fp32 cell in this process (warmed once): the matrix's unit of work, measured
     in the same run as the matrix so that its time can be compared across machines as a ratio."""
-    from faults.matrix import run_cell
+    from fp8check.faults.matrix import run_cell
     run_cell(None, "tiny-dense", "blockwise-fp32")
     return timed(lambda: run_cell(None, "tiny-dense", "blockwise-fp32"), 3)
 
 
 def bench_matrix(out, workers):
-    import faults  # noqa: F401
-    from faults.matrix import run_matrix, summary
+    from fp8check import faults  # noqa: F401
+    from fp8check.faults.matrix import run_matrix, summary
     ref = reference_cell_seconds()
     t = time.perf_counter()
     cells = run_matrix(workers=workers)

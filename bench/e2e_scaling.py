@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 
 def width_model(hidden: int):
-    from harness.models import MODELS, ModelSpec, register_model
+    from fp8check.harness.models import MODELS, ModelSpec, register_model
     name = f"tiny-rl-{hidden}"
     if name not in MODELS:
         register_model(ModelSpec(name, "Qwen3ForCausalLM", "qwen3", vocab_size=128, hidden_size=hidden,
@@ -28,8 +28,8 @@ def width_model(hidden: int):
 
 
 def measure(hidden: int, seeds: int, steps: int) -> dict:
-    from e2e.rl.claims import Tolerances, ratio_claim
-    from e2e.rl.loop import LoopSettings, run_comparison
+    from fp8check.e2e.rl.claims import Tolerances, ratio_claim
+    from fp8check.e2e.rl.loop import LoopSettings, run_comparison
     model = width_model(hidden)
     t0 = time.perf_counter()
     # one process: the widths are registered here, not in spawned workers

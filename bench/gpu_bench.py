@@ -52,8 +52,8 @@ def bench_digest(out: dict):
     digest (16-byte vector loads; 4-byte ones for an unaligned start), and S3's zero-block screen over a
     Llama-8B-layer-shaped set of FP8 weights."""
     import torch
-    from harness.digest import state_digest
-    from harness.formats.zero_blocks import zero_block_flags
+    from fp8check.harness.digest import state_digest
+    from fp8check.harness.formats.zero_blocks import zero_block_flags
     rate = _copy_rate()
     x = torch.randn(1 << 28, device="cuda")           # 1 GiB fp32
     torch.cuda.reset_peak_memory_stats()
@@ -70,7 +70,7 @@ def bench_digest(out: dict):
           f"({rate or 0:.0f} GB/s of input); 4-byte-aligned start {out['digest']['unaligned_GBps']:.0f} GB/s; extra "
           f"peak {extra / 2**20:.1f} MiB [bound: one HBM read + per-word integer work]")
     # blocks a program sums (harness.digest_triton.BLOCKS_PER_PROGRAM): the same sums, another launch shape
-    from harness import digest_triton as dt
+    from fp8check.harness import digest_triton as dt
     want = state_digest(x)
     default, sweep = _sweep_blocks(dt, (1, 2, 4, 8), lambda: {
         "same": state_digest(x) == want, "GBps": x.numel() * 4 / _best(lambda: state_digest(x)) / 1e9})
@@ -88,7 +88,7 @@ def bench_digest(out: dict):
     def screen():
         return torch.stack([f.reshape(()) for f in zero_block_flags(pairs, (128, 128))]).cpu()
     # blocks of a block row a program screens (harness.formats.zero_blocks.BLOCKS_PER_PROGRAM): the same flags
-    from harness.formats import zero_blocks as zbm
+    from fp8check.harness.formats import zero_blocks as zbm
     want = screen()
     default, sweep = _sweep_blocks(zbm, (1, 4, 8, 16, 32), lambda: {
         "same": torch.equal(screen(), want) and int(want.sum()) == 1, "seconds": _best(screen)})
@@ -158,9 +158,9 @@ def bench_sync(model: str, layers: int | None, steps: int, out: dict, modes=tupl
     the per-sync tier a run leaves on (LiveSession(checks_every=N)'s syncs between the periodic ones), the sync
     alone; best of K after the first, walls as medians."""
     from dataclasses import replace
-    from e2e.live import LiveSession
-    from harness.config import recommended_config
-    from harness.models import get_model, with_layers
+    from fp8check.e2e.live import LiveSession
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.models import get_model, with_layers
     depth = get_model(model).num_layers
     name = with_layers(model, None if layers is None else min(layers, depth))   # --layers cuts deeper models only
     cfg = recommended_config(name, "blockwise-fp32")

@@ -70,14 +70,14 @@ def _te(pow2: bool, block_dim: int = 2):
 
 
 def _te_bytes(fn, x, block_dim):
-    from harness.formats import te_to_wire
+    from fp8check.harness.formats import te_to_wire
     t = fn(x)
     return (t._rowwise_data.view(torch.float8_e4m3fn),
             te_to_wire(t._rowwise_scale_inv, tuple(x.shape), block_dim=block_dim))
 
 
 def _equal(a, b) -> bool:
-    from harness.formats.bytes import bits_equal
+    from fp8check.harness.formats.bytes import bits_equal
     return bits_equal(a[0], b[0]) and bits_equal(a[1], b[1])
 
 
@@ -144,9 +144,9 @@ def bench_quantizers(out_path: str, layers: int = 4, reps: int = 20, tune: bool 
     """Measure on the Llama-8B-shaped set, print one line per variant, write JSON to out_path, return it.
     `reps`: timing rounds; `tune`: every launch variant (else the default only); `xs`, `special`: other weights
     and edge tensor (tests/test_gpu_quantize_bench.py runs the bench's code on small CPU tensors)."""
-    from harness.formats import quantize_blockwise
-    from harness.formats import triton_blockwise as tb
-    from harness.formats.triton_requantize import requantize_mismatch
+    from fp8check.harness.formats import quantize_blockwise
+    from fp8check.harness.formats import triton_blockwise as tb
+    from fp8check.harness.formats.triton_requantize import requantize_mismatch
     xs = llama8b_weights(layers) if xs is None else xs
     nbytes = sum(x.numel() * x.element_size() for x in xs)
     special = special_tensor() if special is None else special
@@ -189,7 +189,7 @@ def bench_quantizers(out_path: str, layers: int = 4, reps: int = 20, tune: bool 
     timer.add("default pow2 1x128", lambda x: tb.launch(x, (1, 128), pow2=True))
     # C1: the fused check over the set, beside what C1 runs without it (quantize each master, compare codes and
     # scales as device flags: harness.bitview.differs)
-    from harness.bitview import any_of, differs
+    from fp8check.harness.bitview import any_of, differs
     want = [tb.launch(x) for x in xs]
     codes, scales = [q for q, _ in want], [s for _, s in want]
     timer.add("C1 fused: requantize_mismatch", lambda: requantize_mismatch(xs, codes, scales), whole=True,

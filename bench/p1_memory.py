@@ -22,10 +22,10 @@ def main():
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--recipe", default="blockwise-fp32")
     a = ap.parse_args()
-    from harness.config import recommended_config
-    from harness.models import with_layers
-    from harness.sync.pipeline import reference_sync
-    from invariants import run_catalog
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.models import with_layers
+    from fp8check.harness.sync.pipeline import reference_sync
+    from fp8check.invariants import run_catalog
     cfg = recommended_config(with_layers(a.model, a.layers), a.recipe)
     res, _, _ = reference_sync(cfg, steps=1, checks=False)
     ctx = res.context(None)

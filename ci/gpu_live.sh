@@ -8,7 +8,7 @@ set -uo pipefail
 OUTDIR=${OUT:-$PWD/gpu-results}; mkdir -p "$OUTDIR"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-FP8CHECK="python3 -m harness"             # the console script, without needing `pip install -e .`
+FP8CHECK="python3 -m fp8check"             # the console script, without needing `pip install -e .`
 rc=0
 if [[ ${1:-all} == scale ]]; then      # real shapes, the device path (weights GPU to GPU)
   for spec in "qwen3-8b 4 scale_x2_block fp32_scales_rounded_pow2 megatron_qkv_not_deinterleaved rows_shifted_one_block scale_dropped postprocess_twice stale_layer_unstamped" \

@@ -126,21 +126,21 @@ scale_cli() {   # `fp8check live` at real shapes on the device path (ci/gpu_live
 }
 e2e_live() {
   mkdir -p "$R/e2e"
-  timeout "$(cap 560)" python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-12}" \
+  timeout "$(cap 560)" python3 -m fp8check e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-12}" \
     --arms "${E2E_ARMS:-bf16,roundtrip-fp8,onpolicy-fp8}" --seeds "${E2E_SEEDS:-1}" --seed-start "${E2E_SEED_START:-0}" \
     --no-plots --out "$R/e2e/run" > "$R/e2e/e2e.txt" 2>&1
   log "fp8check e2e --engine live: rc $? $(tail -2 "$R/e2e/e2e.txt" | tr '\n' ' ')"
 }
 live_rl() {     # the vocabulary-128 model: the probe prompts are folded into its vocabulary
   mkdir -p "$R/live-rl"
-  timeout "$(cap 200)" python3 -m harness live --model tiny-rl --recipe blockwise-fp32 --steps 2 \
+  timeout "$(cap 200)" python3 -m fp8check live --model tiny-rl --recipe blockwise-fp32 --steps 2 \
     --faults logprobs_at_sampling_temperature --out "$R/live-rl/live-tiny-rl.json" > "$R/live-rl/live-tiny-rl.txt" 2>&1
   log "fp8check live tiny-rl: rc $? $(grep -E '^(OK|FAILED)' "$R/live-rl/live-tiny-rl.txt" | tr '\n' ' ')"
 }
 plugin_live() {  # a user's project against real vLLM (the plugin's --fp8check-live)
   mkdir -p "$R/plugin"
   # without an installed fp8check (PYTHONPATH only) the pytest11 entry point is absent: load the plugin by name
-  local plug=(); python3 -c "import importlib.metadata as m, sys; sys.exit(0 if any(e.value.startswith('harness.') for e in m.entry_points(group='pytest11')) else 1)" || plug=(-p harness.integrations.pytest_plugin)
+  local plug=(); python3 -c "import importlib.metadata as m, sys; sys.exit(0 if any(e.value.startswith('fp8check.') for e in m.entry_points(group='pytest11')) else 1)" || plug=(-p fp8check.harness.integrations.pytest_plugin)
   timeout "$(cap 200)" python3 -m pytest examples/user_project "${plug[@]}" --fp8check-live -p no:cacheprovider -q -rfE \
     --tb=short > "$R/plugin/pytest-user-project-live.log" 2>&1
   log "pytest examples/user_project --fp8check-live: rc $? $(tail -1 "$R/plugin/pytest-user-project-live.log")"
@@ -155,13 +155,13 @@ probe_online() {
 }
 preflight_probe() {
   mkdir -p "$R/preflight"
-  timeout "$(cap 150)" python3 -m harness preflight examples/skyrl_hopper_fp8.yaml --gpu sm90 --probe \
+  timeout "$(cap 150)" python3 -m fp8check preflight examples/skyrl_hopper_fp8.yaml --gpu sm90 --probe \
     > "$R/preflight/probe.txt" 2>&1
   log "preflight --probe: rc $? $(tail -1 "$R/preflight/probe.txt")"
 }
 e2e_part() {    # e2e_part ARM SEED_START SEEDS TIMEOUT: one part of a split live comparison (${E2E_STEPS:-30} steps)
   local d="$R/e2e/$1-s$2"; mkdir -p "$(dirname "$d")"
-  timeout "$(cap "$4")" python3 -m harness e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-30}" --arms "$1" \
+  timeout "$(cap "$4")" python3 -m fp8check e2e --engine live --model tiny-rl --steps "${E2E_STEPS:-30}" --arms "$1" \
     --seeds "$3" --seed-start "$2" --no-plots --out "$d" > "$d.txt" 2>&1
   log "e2e part $1 seeds $2+$3: rc $? $(grep -E 'steps in|^OK|^FAILED|rror' "$d.txt" | tr '\n' ' ' | cut -c1-400)"
   # the records as one file beside the call's archive: a device call returns at most 8 files (2026-12-02: the
@@ -181,7 +181,7 @@ bench_digest() {   # the digest (and its blocks-per-program sweep) and the zero-
 }
 live_real() {   # live_real MODEL LAYERS FAULT...: `fp8check live` at a real shape on the device path
   local m=$1 n=$2; shift 2; mkdir -p "$R/live-real"
-  timeout "$(cap 400)" python3 -m harness live --model "$m" --layers "$n" --recipe blockwise-fp32 --steps 2 \
+  timeout "$(cap 400)" python3 -m fp8check live --model "$m" --layers "$n" --recipe blockwise-fp32 --steps 2 \
     --faults "$@" --gpu-memory-utilization 0.25 --out "$R/live-real/live-$m-$n.json" > "$R/live-real/live-$m-$n.txt" 2>&1
   log "fp8check live $m x $n: rc $? $(grep -E '^(OK|FAILED)' "$R/live-real/live-$m-$n.txt" | tr '\n' ' ')"
   cp "$R/live-real/live-$m-$n.json" "$(dirname "$R")/" 2>/dev/null

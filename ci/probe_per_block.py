@@ -5,8 +5,8 @@ import json
 
 import torch
 
-from harness.formats.cast import cast_to_fp8
-from harness.numerics.online import _blocks, _unblock
+from fp8check.harness.formats.cast import cast_to_fp8
+from fp8check.harness.numerics.online import _blocks, _unblock
 
 
 def candidates(w):

@@ -3,9 +3,9 @@ online-per-tensor): the config, what a correct BF16 sync sends, a sync into the 
 the failing findings."""
 from dataclasses import replace
 
-from harness.config import recommended_config
-from harness.engines.registry import make_engine
-from harness.integrations.check import check_sync
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.registry import make_engine
+from fp8check.harness.integrations.check import check_sync
 
 
 def online_config(quantization: str, model: str = "tiny-dense", tp: int = 1):

@@ -8,25 +8,25 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("harness", "invariants", "faults", "e2e")
+PACKAGES = ("fp8check",)
 
 # lowest first; a module may import its own layer or any lower one (docs/design.md, "Layers")
 LAYERS = [
-    ("harness.errors", "harness.formats", "harness.schema", "harness.lazy", "harness.memo"),
-    ("harness.bitview",),
-    ("harness.models", "harness.layouts", "harness.alignment", "harness.digest_words", "harness.digest",
-     "harness.digest_triton"),
-    ("harness.config", "harness.numerics"),
-    ("harness.sync.payload", "harness.sync.transport", "harness.record", "harness.snapshot", "harness.jobconfig",
-     "harness.strategies"),
-    ("invariants", "harness.engines"),
-    ("harness.sync.capture", "harness.sync.pipeline", "harness.sync"),
-    ("faults",),
-    ("e2e", "harness.integrations"),
-    ("harness.cli", "harness.__main__", "harness"),
+    ("fp8check.harness.errors", "fp8check.harness.formats", "fp8check.harness.schema", "fp8check.harness.lazy", "fp8check.harness.memo"),
+    ("fp8check.harness.bitview",),
+    ("fp8check.harness.models", "fp8check.harness.layouts", "fp8check.harness.alignment", "fp8check.harness.digest_words", "fp8check.harness.digest",
+     "fp8check.harness.digest_triton"),
+    ("fp8check.harness.config", "fp8check.harness.numerics"),
+    ("fp8check.harness.sync.payload", "fp8check.harness.sync.transport", "fp8check.harness.record", "fp8check.harness.snapshot", "fp8check.harness.jobconfig",
+     "fp8check.harness.strategies"),
+    ("fp8check.invariants", "fp8check.harness.engines"),
+    ("fp8check.harness.sync.capture", "fp8check.harness.sync.pipeline", "fp8check.harness.sync"),
+    ("fp8check.faults",),
+    ("fp8check.e2e", "fp8check.harness.integrations"),
+    ("fp8check.harness.cli", "fp8check.harness.__main__", "fp8check.harness", "fp8check.__main__", "fp8check"),
 ]
 # siblings of one layer that must not import each other
-APART = [("invariants", "harness.engines")]
+APART = [("fp8check.invariants", "fp8check.harness.engines")]
 
 
 def layer_of(module: str) -> int:
@@ -81,7 +81,7 @@ ALL = list(modules())
 
 @pytest.mark.parametrize("module,path", ALL, ids=[m for m, _ in ALL])
 def test_imports_point_down(module, path):
-    if module == "harness":          # the public face sits on top and loads lazily
+    if module == "fp8check":          # the public face sits on top and loads lazily
         return
     mine = layer_of(module)
     for mod, name, line in imports(module, path):
@@ -175,26 +175,26 @@ def test_the_cycle_detector_sees_a_cycle():
 
 def test_checks_import_no_engine_code():
     for module, path in ALL:
-        if module.startswith("invariants"):
+        if module.startswith("fp8check.invariants"):
             for mod, name, line in imports(module, path):
-                assert not (mod or "").startswith("harness.engines"), f"{module}:{line} imports {mod}"
+                assert not (mod or "").startswith("fp8check.harness.engines"), f"{module}:{line} imports {mod}"
 
 
 def test_no_private_name_crosses_a_package():
     for module, path in ALL:
-        top = ".".join(module.split(".")[:2])
+        top = ".".join(module.split(".")[:3])
         for mod, name, line in imports(module, path):
             if not ours(mod) or not name or not name.startswith("_") or name.startswith("__"):
                 continue
-            assert ".".join(mod.split(".")[:2]) == top, f"{module}:{line} imports private {name} from {mod}"
+            assert ".".join(mod.split(".")[:3]) == top, f"{module}:{line} imports private {name} from {mod}"
 
 
 def test_public_face_exports_resolve():
-    import harness
-    assert 15 <= len(harness.__all__) <= 35
-    for name in harness.__all__:
-        assert getattr(harness, name) is not None, name
-    assert harness.__doc__ and all(n in harness.__doc__ for n in ("run_sync", "SyncConfig", "check_sync"))
+    import fp8check
+    assert 15 <= len(fp8check.__all__) <= 35
+    for name in fp8check.__all__:
+        assert getattr(fp8check, name) is not None, name
+    assert fp8check.__doc__ and all(n in fp8check.__doc__ for n in ("run_sync", "SyncConfig", "check_sync"))
 
 
 def test_every_module_has_a_docstring_and_none_cites_a_missing_design_file():

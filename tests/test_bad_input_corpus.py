@@ -15,7 +15,7 @@ import yaml
 from faker import Faker
 from safetensors.torch import load_file, save_file
 
-from harness.cli import main
+from fp8check.harness.cli import main
 
 HOPPER = "examples/skyrl_hopper_fp8.yaml"
 
@@ -97,9 +97,9 @@ MUTATIONS = ("delete", "list", "string", "int", "null", "mapping", "bool")
 def _manifest_cases():
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # a deterministic sample of (path, mutation) over a manifest made the same way the fixture makes it
-    from harness.config import recommended_config
-    from harness.snapshot import snapshot_manifest
-    from harness.sync.pipeline import reference_sync
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.snapshot import snapshot_manifest
+    from fp8check.harness.sync.pipeline import reference_sync
     res, _, _ = reference_sync(recommended_config("tiny-dense", "blockwise-fp32"), checks=False)
     snaps = dict(master=res.master, trainer=res.trainer, payload=res.payload, rollout=res.rollout)
     m = snapshot_manifest(res.config, res.version, **snaps)
@@ -386,7 +386,7 @@ def test_piping_into_head_exits_quietly():
     import subprocess
     import sys
     for cmd in (["catalog", "--json"], ["catalog"], ["preflight", HOPPER, "--gpu", "sm90", "--json", "-v"]):
-        p = subprocess.run(f"{sys.executable} -m harness {' '.join(cmd)} | head -c 10", shell=True, capture_output=True,
+        p = subprocess.run(f"{sys.executable} -m fp8check {' '.join(cmd)} | head -c 10", shell=True, capture_output=True,
                            text=True)
         assert "internal error" not in p.stderr and "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
 

@@ -6,8 +6,8 @@ import itertools
 import pytest
 import torch
 
-from harness.formats import blockwise
-from harness.formats.bytes import as_bytes
+from fp8check.harness.formats import blockwise
+from fp8check.harness.formats.bytes import as_bytes
 
 # ---- frozen oracle: the whole-tensor implementation as of commit aa7e4f3 (blockwise/scaling/cast) ----
 _INPUT_MAX = {torch.float32: torch.finfo(torch.float32).max, torch.bfloat16: torch.finfo(torch.bfloat16).max,

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-import faults
-from faults.matrix import TINY_MODELS, run_cell
-from harness.config import recommended_config
-from harness.engines.vllm import VLLMEngine
-from harness.formats import RECIPES
+from fp8check import faults
+from fp8check.faults.matrix import TINY_MODELS, run_cell
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.vllm import VLLMEngine
+from fp8check.harness.formats import RECIPES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORTS = ("NVIDIA-NeMo/RL#3226", "vllm#57163", "vllm#45617", "sglang#27131", "modal-projects/stitch#16", "verl#7918",
@@ -53,7 +53,7 @@ def test_calibrated_kv_scales_sync_clean_and_survive_a_clean_wake():
     """The declared source works when nothing is broken: the trainer's per-layer scales travel with the sync, the
     engine serves them (R1 pass), and a level-1 sleep / wake keeps them."""
     from dataclasses import replace
-    from harness.sync.pipeline import reference_sync, run_sync
+    from fp8check.harness.sync.pipeline import reference_sync, run_sync
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     cfg = replace(cfg, rollout=replace(cfg.rollout, kv_cache_dtype="fp8_e4m3", kv_scales="calibrated",
                                        sleep_mode=True))
@@ -76,10 +76,10 @@ def test_calibrated_kv_scales_sync_clean_and_survive_a_clean_wake():
 def test_r1_fails_closed_on_a_non_finite_or_non_positive_scale(bad, when):
     from copy import deepcopy
     from dataclasses import replace
-    from harness.record import KVScale, WakeEvent
-    from harness.snapshot import Snapshot
-    from harness.sync.pipeline import reference_sync
-    from invariants import run_catalog
+    from fp8check.harness.record import KVScale, WakeEvent
+    from fp8check.harness.snapshot import Snapshot
+    from fp8check.harness.sync.pipeline import reference_sync
+    from fp8check.invariants import run_catalog
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     cfg = replace(cfg, rollout=replace(cfg.rollout, kv_cache_dtype="fp8_e4m3"))
     res = reference_sync(cfg, checks=False)[0]

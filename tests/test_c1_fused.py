@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-import invariants.contract as contract
-from faults import FAULTS
-from harness.config import recommended_config
-from harness.sync.pipeline import fault_config, reference_sync
-from invariants import run_catalog
+import fp8check.invariants.contract as contract
+from fp8check.faults import FAULTS
+from fp8check.harness.config import recommended_config
+from fp8check.harness.sync.pipeline import fault_config, reference_sync
+from fp8check.invariants import run_catalog
 
 try:
     from triton_interp import load
@@ -23,7 +23,7 @@ CELLS = [(None, "tiny-dense", "blockwise-fp32"), (None, "tiny-moe", "blockwise-p
 
 @pytest.mark.parametrize("name,model,recipe", CELLS, ids=[f"{n or 'clean'}-{m}-{r}" for n, m, r in CELLS])
 def test_fused_c1_finds_what_the_torch_path_finds(name, model, recipe, monkeypatch):
-    load("harness.formats.triton_requantize")
+    load("fp8check.harness.formats.triton_requantize")
     fault = FAULTS[name] if name else None
     cfg = fault_config(recommended_config(model, recipe), fault)
     res, _, _ = reference_sync(cfg, fault=fault, checks=False)

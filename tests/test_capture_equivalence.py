@@ -8,13 +8,13 @@ import json
 import pytest
 import torch
 
-from faults import FAULTS
-from harness.config import recommended_config
-from harness.errors import ConfigError
-from harness.engines.protocol import EngineError
-from harness.layouts import LayoutError
-from harness.sync.capture import DigestFirst, FullRead
-from harness.sync.pipeline import fault_config, reference_sync
+from fp8check.faults import FAULTS
+from fp8check.harness.config import recommended_config
+from fp8check.harness.errors import ConfigError
+from fp8check.harness.engines.protocol import EngineError
+from fp8check.harness.layouts import LayoutError
+from fp8check.harness.sync.capture import DigestFirst, FullRead
+from fp8check.harness.sync.pipeline import fault_config, reference_sync
 
 CELLS = [(None, "tiny-dense", "blockwise-fp32"), (None, "tiny-moe", "blockwise-pow2")] + [
     (name, "tiny-dense", "blockwise-fp32") for name in sorted(FAULTS)] + [
@@ -87,7 +87,7 @@ def test_expected_digests_begun_before_the_install_find_the_same(name, e8m0, mon
     leaves a parameter alone and recomputes the rest (vLLM's UE8M0 requantization: every FP8 weight). Same
     findings as a full read, and the begun digests used."""
     from dataclasses import replace
-    from harness.sync import capture as capture_mod
+    from fp8check.harness.sync import capture as capture_mod
     monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
     fault = FAULTS[name] if name else None
     base = recommended_config("tiny-dense", "blockwise-fp32")
@@ -118,7 +118,7 @@ def test_expected_digests_begun_before_the_install_find_the_same(name, e8m0, mon
 def test_expected_digests_that_fail_before_the_install_are_computed_in_the_capture(monkeypatch):
     """A failure of the digests begun before the install (a kernel error, out of memory in the thread) costs time,
     never a finding: the capture derives every expected digest itself, and a clean sync still proves everything."""
-    from harness.sync import capture as capture_mod
+    from fp8check.harness.sync import capture as capture_mod
 
     def broken(self, stream=None):
         raise RuntimeError("CUDA out of memory (injected)")
@@ -169,8 +169,8 @@ def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model,
     """S3's screens of the trainer's own tensors (its scales' encodings, TE's zero-block rule) begin beside the
     install on the GPU path (`invariants.sync.trainer_screens`; here on the CPU through the same thread): the same
     findings as S3 screening every tensor itself, and S3 read no trainer scale again."""
-    import invariants.sync as isync
-    from harness.sync import capture as capture_mod
+    import fp8check.invariants.sync as isync
+    from fp8check.harness.sync import capture as capture_mod
     fault = (TRAINER_SCALE_FAULTS.get(name) or FAULTS[name]) if name else None
     base = recommended_config(model, recipe)
     if fault is not None and not fault.applies(base):
@@ -204,8 +204,8 @@ def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model,
 
 def test_the_trainer_screens_begin_only_where_s3_runs(monkeypatch):
     """S3 is their one reader: a sync checking other invariants only (a live fault's own ids) begins none."""
-    import invariants.sync as isync
-    from harness.sync import capture as capture_mod
+    import fp8check.invariants.sync as isync
+    from fp8check.harness.sync import capture as capture_mod
     monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     assert isinstance(reference_sync(cfg, capture=DigestFirst(), check_ids=["S3"])[0].screens, isync.TrainerScreens)
@@ -215,8 +215,8 @@ def test_the_trainer_screens_begin_only_where_s3_runs(monkeypatch):
 def test_a_trainer_tensor_written_after_its_screen_is_screened_again():
     """The screens are taken only for the very tensor object at the version they read, under the sync's own config:
     a scale written in place afterwards (a non-positive scale_inv) is screened by S3 itself, and fires."""
-    import invariants.sync as isync
-    from invariants import run_catalog
+    import fp8check.invariants.sync as isync
+    from fp8check.invariants import run_catalog
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     res, _, _ = reference_sync(cfg, probes=False, capture=DigestFirst())
     name = "model.layers.0.mlp.down_proj.weight_scale_inv"
@@ -240,7 +240,7 @@ def test_a_trainer_tensor_written_after_its_screen_is_screened_again():
 
 
 def test_work_begun_inside_ahead_held_starts_when_the_block_ends(monkeypatch):
-    from harness.sync import capture as capture_mod
+    from fp8check.harness.sync import capture as capture_mod
     """The pipeline hands the background thread its work inside `ahead_held()` and the work starts as the block
     ends, so the thread never holds the interpreter while the pipeline makes its next hand-off; the work and its
     result are as if started at once, and an error inside the block still opens the gate."""

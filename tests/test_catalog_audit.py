@@ -4,11 +4,11 @@ as a backstop with the fault it fires on beside others (removing it leaves that 
 The job rules (K, V, N, E, M, X6) are proven the same way over job configs in test_preflight_rules.py."""
 import pytest
 
-import faults
-from faults.matrix import TINY_MODELS, run_cell
-from harness.config import recommended_config
-from harness.formats import RECIPES
-from invariants import REGISTRY
+from fp8check import faults
+from fp8check.faults.matrix import TINY_MODELS, run_cell
+from fp8check.harness.config import recommended_config
+from fp8check.harness.formats import RECIPES
+from fp8check.invariants import REGISTRY
 
 # invariant -> (fault, model, recipe) where it is the only invariant that fires
 SOLE = {

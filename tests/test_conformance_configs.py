@@ -4,9 +4,9 @@ vLLM (tests/gpu/test_vllm_conformance.py) pins which transform the engine actual
 import pytest
 import torch
 
-from e2e.conformance import configs
-from harness.formats.bytes import as_bytes
-from harness.sync.pipeline import fault_config, reference_sync
+from fp8check.e2e.conformance import configs
+from fp8check.harness.formats.bytes import as_bytes
+from fp8check.harness.sync.pipeline import fault_config, reference_sync
 
 
 def _state(name):

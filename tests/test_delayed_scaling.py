@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.config import recommended_config
-from harness.engines.registry import make_engine
-from harness.formats.delayed import FLT_MAX, DelayedScaling
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.registry import make_engine
+from fp8check.harness.formats.delayed import FLT_MAX, DelayedScaling
 
 E4M3 = torch.float8_e4m3fn
 
@@ -85,8 +85,8 @@ def test_reading_the_learners_fp8_weights_does_not_move_its_state():
 def test_the_learners_codes_are_one_step_late():
     """After an RL step the learner's FP8 weight is the new master cast with the scale from the previous master's
     amax (Megatron casts each weight once per step; the update runs at the autocast exit)."""
-    from e2e.rl.loss import SFTLoss
-    from e2e.rl.task import DigitTask
+    from fp8check.e2e.rl.loss import SFTLoss
+    from fp8check.e2e.rl.task import DigitTask
     base = recommended_config("tiny-rl", "blockwise-fp32")
     cfg = replace(base, rollout=replace(base.rollout, quantization="online-per-tensor"),
                   trainer=replace(base.trainer, precision="fp8-delayed"))

@@ -6,8 +6,8 @@ import struct
 import pytest
 import torch
 
-from harness import digest
-from harness.digest import state_digest, state_digests
+from fp8check.harness import digest
+from fp8check.harness.digest import state_digest, state_digests
 
 KEYS = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F)
 M32 = 0xFFFFFFFF
@@ -170,7 +170,7 @@ def test_triton_kernel_gives_the_same_sums():
         from triton_interp import load
     except ImportError:
         from tests.triton_interp import load
-    dt, device = load("harness.digest_triton")
+    dt, device = load("fp8check.harness.digest_triton")
     ts = list(_tensors().values()) + [torch.randn(3 * dt.BLOCK + 5), torch.randn(2 * dt.BLOCK).half()]
     on = [t.to(device) for t in ts]
     u8 = torch.arange(64, dtype=torch.uint8)
@@ -187,7 +187,7 @@ def _load_kernel():
         from triton_interp import load
     except ImportError:
         from tests.triton_interp import load
-    return load("harness.digest_triton")
+    return load("fp8check.harness.digest_triton")
 
 
 def _mixed_batch(n: int, block: int):
@@ -288,8 +288,8 @@ def _fused(device: str, g):
 
 
 def test_assembled_digests_are_the_built_tensors_digests():
-    from harness.digest import Assembled, assembled_digests
-    from harness.formats.bytes import any_sentinel
+    from fp8check.harness.digest import Assembled, assembled_digests
+    from fp8check.harness.formats.bytes import any_sentinel
     g = torch.Generator().manual_seed(3)
     spec, _ = _fused("cpu", g)
     targets = {n: Assembled(shape, dt, torch.device("cpu"), tuple(p)) for n, (shape, dt, p) in spec.items()}
@@ -314,8 +314,8 @@ def test_assembled_digests_are_the_built_tensors_digests():
 def test_triton_pieces_at_word_offsets_and_sentinels():
     """The kernel's pieces (VEC, WORD and BYTES rows, blocks of the definition entered mid-way, zero gaps) give the
     built tensor's sums, and per output whether an element of the given size is all 0xFF, in one call."""
-    from harness.digest import Assembled
-    from harness.formats.bytes import any_sentinel
+    from fp8check.harness.digest import Assembled
+    from fp8check.harness.formats.bytes import any_sentinel
     dt, device = _load_kernel()
     g = torch.Generator().manual_seed(4)
     spec, on = _fused(device, g)
@@ -347,7 +347,7 @@ import json, re
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from harness import digest_triton as dt
+from fp8check.harness import digest_triton as dt
 out = {}
 for kind in (dt.VEC, dt.WORD, dt.BYTES):
     sig = {"table_ptr": "*i64", "piece_ptr": "*i64", "part_ptr": "*i32", "p_ptr": "*i32", "pid0": "i64",

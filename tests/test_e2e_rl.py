@@ -8,22 +8,22 @@ import os
 import pytest
 import torch
 
-from e2e.rl.arms import ARMS, arm_config
-from e2e.rl.claims import HOLDS, VIOLATED, evaluate
-from e2e.rl.clipping import SERVING_DTYPE, bf16_reference_ratios, calibrate_clip
-from e2e.rl.engines import missing_rl_surface
-from e2e.rl.loop import LoopSettings, run_arm
-from e2e.rl.loss import PPOClipLoss, SFTLoss
-from e2e.rl.metrics import METRICS
-from e2e.rl.task import EOS, DigitTask
-from harness.cli import main
-from harness.config import recommended_config
-from harness.engines.cpu.rollout import ReferenceRollout
-from harness.engines.registry import make_engine
-from harness.numerics.forward import logits
-from harness.sync.pipeline import run_sync
-from invariants import by_invariant
-from invariants.probes import probe_metrics
+from fp8check.e2e.rl.arms import ARMS, arm_config
+from fp8check.e2e.rl.claims import HOLDS, VIOLATED, evaluate
+from fp8check.e2e.rl.clipping import SERVING_DTYPE, bf16_reference_ratios, calibrate_clip
+from fp8check.e2e.rl.engines import missing_rl_surface
+from fp8check.e2e.rl.loop import LoopSettings, run_arm
+from fp8check.e2e.rl.loss import PPOClipLoss, SFTLoss
+from fp8check.e2e.rl.metrics import METRICS
+from fp8check.e2e.rl.task import EOS, DigitTask
+from fp8check.harness.cli import main
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.cpu.rollout import ReferenceRollout
+from fp8check.harness.engines.registry import make_engine
+from fp8check.harness.numerics.forward import logits
+from fp8check.harness.sync.pipeline import run_sync
+from fp8check.invariants import by_invariant
+from fp8check.invariants.probes import probe_metrics
 
 SMALL = LoopSettings(prompts_per_step=4, group_size=4, warmup_steps=2)
 
@@ -90,7 +90,7 @@ def test_sampling_serves_the_installed_kernel_tensors_not_the_trainer():
 
 
 def test_adamw_step_is_torch_adamw():
-    from harness.engines.cpu.learner import adamw_step
+    from fp8check.harness.engines.cpu.learner import adamw_step
     g = torch.Generator().manual_seed(0)
     ours = [torch.randn(6, 4, generator=g) for _ in range(2)]
     theirs = [p.clone().requires_grad_(True) for p in ours]
@@ -127,7 +127,7 @@ def test_clip_diagnostics_split_by_advantage_sign():
 
 
 def test_records_are_strict_json():
-    from e2e.rl.loop import jsonable
+    from fp8check.e2e.rl.loop import jsonable
     rec = {"clip_fraction_neg": float("nan"), "x": [1.5, float("inf")], "sync": {"verdicts": {"S2": "pass"}}}
     assert json.loads(json.dumps(jsonable(rec), allow_nan=False)) == \
         {"clip_fraction_neg": None, "x": [1.5, None], "sync": {"verdicts": {"S2": "pass"}}}
@@ -333,7 +333,7 @@ def test_preflight_flags_each_arms_job_config(arm, tmp_path, capsys):
     """Each arm's configuration as the RL stack writes it (e2e/rl/arms.py JOBS): `fp8check preflight` trips the
     rules the arm declares, and on-policy FP8 trips no error."""
     import yaml
-    from e2e.rl.arms import job_config
+    from fp8check.e2e.rl.arms import job_config
     f = tmp_path / "job.yaml"
     f.write_text(yaml.safe_dump(job_config(ARMS[arm])))
     main(["preflight", str(f), "--gpu", "sm90", "--json"])
@@ -349,10 +349,10 @@ def test_every_arm_runs_on_both_engine_sets_and_an_engine_that_cannot_is_named(m
     and an engine set that lacks a setting refuses the arm in one line naming the engine and the setting."""
     from dataclasses import replace
 
-    from e2e.rl import engines
-    from e2e.rl.arms import arm_config
-    from harness.config import recommended_config
-    from harness.engines import registry
+    from fp8check.e2e.rl import engines
+    from fp8check.e2e.rl.arms import arm_config
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.engines import registry
     base = recommended_config("tiny-rl", "blockwise-fp32")
     for name, arm in ARMS.items():
         for which in ("cpu", "live"):

@@ -4,17 +4,17 @@ the whole catalog; a buggy variant of it is caught; an engine missing part of th
 import pytest
 import torch
 
-from harness.numerics.settings import config_settings
+from fp8check.harness.numerics.settings import config_settings
 
-from harness.config import recommended_config
-from harness.digest import state_digest
-from harness.engines import EngineError, make_engine, register_engine
-from harness.engines.remote import Remote, runs_apart, start_call
-from harness.formats.bytes import poison_
-from harness.layouts import rank_name
-from harness.numerics.forward import Weights, act_quant, dequantize_state, token_logprobs
-from harness.record import EngineRecord, PostLoad, UpdateRecord
-from harness.sync.pipeline import DigestFirst, FullRead, run_sync
+from fp8check.harness.config import recommended_config
+from fp8check.harness.digest import state_digest
+from fp8check.harness.engines import EngineError, make_engine, register_engine
+from fp8check.harness.engines.remote import Remote, runs_apart, start_call
+from fp8check.harness.formats.bytes import poison_
+from fp8check.harness.layouts import rank_name
+from fp8check.harness.numerics.forward import Weights, act_quant, dequantize_state, token_logprobs
+from fp8check.harness.record import EngineRecord, PostLoad, UpdateRecord
+from fp8check.harness.sync.pipeline import DigestFirst, FullRead, run_sync
 
 
 class DictEngine:
@@ -132,7 +132,7 @@ def test_a_new_engine_runs_through_the_pipeline_and_the_whole_catalog(capture):
 def test_an_engine_offering_record_and_digests_is_asked_once_after_the_install():
     """Through the wire the wrapper knows what the engine offers; the digest-first capture then reads the record
     and the digests with one call, and the catalog's findings are the engine's as before."""
-    from harness.engines.remote import offers
+    from fp8check.harness.engines.remote import offers
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     with Remote("rollout", "dict-engine", cfg) as plain:
         assert plain.offered == frozenset() and not offers(plain, "record_and_digests")
@@ -183,7 +183,7 @@ def test_a_submitted_call_runs_and_raises_through_its_result():
 def test_the_engine_record_stays_one_size_over_a_run():
     """A run with checks left on records the engine after every sync: the record carries the last update (what
     the checks read), not every update since the engine started (it grew with every sync, and crossed the RPC)."""
-    from harness.sync.pipeline import reference_engines, run_sync
+    from fp8check.harness.sync.pipeline import reference_engines, run_sync
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     trainer, rollout = reference_engines(cfg)
     for step in range(3):

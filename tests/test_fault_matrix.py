@@ -3,9 +3,9 @@ the invariants it declares must fire, and nothing fires that it does not declare
 passes every invariant (no false alarm)."""
 import pytest
 
-import faults
-from faults.matrix import matrix_cells, run_cell
-from harness.config import recommended_config
+from fp8check import faults
+from fp8check.faults.matrix import matrix_cells, run_cell
+from fp8check.harness.config import recommended_config
 
 # cells whose fault cannot apply to that model / recipe are not tests at all (the CLI lists them as n/a)
 CELLS = [(f, m, r) for f, m, r in matrix_cells() if f is None or faults.FAULTS[f].applies(recommended_config(m, r))]

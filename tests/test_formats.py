@@ -10,8 +10,8 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from harness import strategies as fst
-from harness.formats import (dequantize_blockwise, e8m0_to_float, float_to_e8m0, get_recipe, quantize_blockwise,
+from fp8check.harness import strategies as fst
+from fp8check.harness.formats import (dequantize_blockwise, e8m0_to_float, float_to_e8m0, get_recipe, quantize_blockwise,
                              quantize_mxfp8, quantize_per_tensor, scale_from_amax, te_to_wire, wire_to_te)
 
 F32 = np.float32
@@ -120,7 +120,7 @@ def test_dequantize_error_within_half_ulp_of_block_scale(w):
         return
     q, s = quantize_blockwise(w)
     d = dequantize_blockwise(q, s)
-    from harness.formats import expand_scale
+    from fp8check.harness.formats import expand_scale
     # e4m3 spacing in the top binade is 32 code units: half is 16, plus the fp32 roundings of scale and scale_inv
     bound = expand_scale(s, x.shape) * (16 * (1 + 2 ** -18))
     assert bool(((d - x).abs() <= bound).all())
@@ -164,8 +164,8 @@ def test_mxfp8_matches_oracle(w):
 def test_mxfp8_dequantize_is_each_code_times_its_block_scale(shape, scale_cols):
     """codes x 2^(e - 127) per element, whole blocks (broadcast in place) or not, experts stacked; a scale grid of
     another width (a broken sync's) is read as the element-wise expansion reads it, or refused the same way."""
-    from harness.formats import dequantize_mxfp8
-    from harness.formats.blockwise import to_float
+    from fp8check.harness.formats import dequantize_mxfp8
+    from fp8check.harness.formats.blockwise import to_float
     g = torch.Generator().manual_seed(1)
     codes = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)
     scale = torch.randint(100, 140, (*shape[:-1], scale_cols), generator=g, dtype=torch.uint8)
@@ -223,7 +223,7 @@ def test_per_tensor_and_recipes():
 def test_poison_fills_the_storage_behind_a_strided_view(dtype):
     """vLLM's online per-tensor layers are read (and poisoned) as the transpose of their stored codes, cut to the
     model's rows: the poison must reach the engine's storage, not a copy."""
-    from harness.formats.bytes import SENTINEL, is_sentinel, poison_
+    from fp8check.harness.formats.bytes import SENTINEL, is_sentinel, poison_
     stored = torch.zeros(16, 24).to(dtype)               # [K, N] as the kernel stores it, padded
     view = stored.t()[:20, :12]                          # [N, K] in checkpoint orientation, the model's part
     poison_(view)
@@ -235,7 +235,7 @@ def test_poison_fills_the_storage_behind_a_strided_view(dtype):
 def test_sentinel_flags_equal_any_sentinel_per_tensor():
     """S1's batched poison screen answers what any_sentinel answers for each tensor: every dtype width, empty
     tensors, strided views, a poison element in the last of several chunks, a generator input."""
-    from harness.formats import bytes as fb
+    from fp8check.harness.formats import bytes as fb
     g = torch.Generator().manual_seed(3)
     ts = [torch.randn(7, 5, generator=g), torch.randn(4, 4, generator=g).bfloat16(), torch.zeros(0),
           torch.randint(0, 255, (33,), generator=g, dtype=torch.uint8), torch.randn(6, 9, generator=g).t(),
@@ -266,7 +266,7 @@ def test_sentinel_flags_equal_any_sentinel_per_tensor():
 def test_to_float_table_bit_identical_to_the_cast():
     """The fp8 -> fp32 table (two bytes per lookup where the layout allows, one otherwise) returns the cast's
     bits for every byte pair, NaN payloads included, and for odd, offset and strided views."""
-    from harness.formats.blockwise import to_float
+    from fp8check.harness.formats.blockwise import to_float
     i = torch.arange(1 << 16, dtype=torch.int32)
     every_pair = torch.stack([i & 0xFF, i >> 8], 1).to(torch.uint8).reshape(-1)
     for dt in (torch.float8_e4m3fn, torch.float8_e5m2):

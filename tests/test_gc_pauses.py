@@ -6,8 +6,8 @@ import gc
 
 import pytest
 
-from harness.config import recommended_config
-from harness.sync.pipeline import reference_engines, run_sync
+from fp8check.harness.config import recommended_config
+from fp8check.harness.sync.pipeline import reference_engines, run_sync
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def engines():
 
 
 def test_a_collection_inside_the_checks_is_reported(engines, monkeypatch):
-    import invariants
+    from fp8check import invariants
     cfg, (trainer, rollout) = engines
     real = invariants.run_catalog
     junk = [[i] for i in range(200_000)]         # something for a full collection to walk
@@ -34,7 +34,7 @@ def test_a_collection_inside_the_checks_is_reported(engines, monkeypatch):
 
 
 def test_the_callback_is_removed_when_the_checks_raise(engines, monkeypatch):
-    import invariants
+    from fp8check import invariants
     cfg, (trainer, rollout) = engines
 
     def broken(*a, **k):

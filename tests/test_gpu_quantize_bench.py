@@ -13,7 +13,7 @@ try:
 except ImportError:
     from tests.triton_interp import load
 
-tb, DEVICE = load("harness.formats.triton_blockwise")
+tb, DEVICE = load("fp8check.harness.formats.triton_blockwise")
 
 
 class _Event:

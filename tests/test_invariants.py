@@ -3,13 +3,13 @@ import json
 
 import pytest
 
-import faults
-from harness.config import recommended_config
-from harness.cli import main
-from harness.snapshot import Snapshot
-from harness.sync.pipeline import fault_config, reference_sync
-from invariants import FAIL, PASS, REGISTRY, UNKNOWN, CheckContext, Finding, overall, run_catalog, run_invariant
-from invariants.base import Invariant
+from fp8check import faults
+from fp8check.harness.config import recommended_config
+from fp8check.harness.cli import main
+from fp8check.harness.snapshot import Snapshot
+from fp8check.harness.sync.pipeline import fault_config, reference_sync
+from fp8check.invariants import FAIL, PASS, REGISTRY, UNKNOWN, CheckContext, Finding, overall, run_catalog, run_invariant
+from fp8check.invariants.base import Invariant
 
 
 def test_overall_composes_fail_over_unknown_over_pass():
@@ -33,7 +33,7 @@ def test_missing_snapshot_is_unknown():
 
 
 def test_rollout_without_metadata_is_unknown_for_s6_s7():
-    from harness.record import EngineRecord
+    from fp8check.harness.record import EngineRecord
     res, _, _ = reference_sync(recommended_config("tiny-dense", "blockwise-fp32"))
     bare = Snapshot("rollout", dict(res.rollout.tensors), EngineRecord("bare"))
     out = run_catalog(CheckContext(res.config, res.payload, res.trainer, bare), ids=["S6", "S7"])
@@ -42,7 +42,7 @@ def test_rollout_without_metadata_is_unknown_for_s6_s7():
 
 def test_every_sync_invariant_fires_on_two_distinct_faults():
     """Firings, not declarations: each S check actually fails on the cells of at least two different faults."""
-    from faults.matrix import run_cell
+    from fp8check.faults.matrix import run_cell
     fired = {i: set() for i in ("S1", "S2", "S3", "S4", "S5", "S6", "S7")}
     for f in faults.FAULTS.values():
         if f.stage == "config" or not set(fired) & set(f.trips):
@@ -81,7 +81,7 @@ def test_registry_ids_are_unique_and_conditions_one_line():
 @pytest.mark.parametrize("model", ["tiny-dense", "tiny-moe"])
 def test_checks_never_change_the_reference_engine(model):
     """Running the whole catalog (and the probes) leaves every engine tensor, version and pointer as it was."""
-    from harness.sync.payload import tensor_digest
+    from fp8check.harness.sync.payload import tensor_digest
     res, trainer, rollout = reference_sync(recommended_config(model, "blockwise-fp32"))
     before = {n: tensor_digest(t) for n, t in rollout.kernel_tensors().items()}
     meta0 = rollout.record()
@@ -94,12 +94,12 @@ def test_checks_never_change_the_reference_engine(model):
 
 
 def test_c10_with_nothing_read_is_unknown_and_a_mismatch_fails():
-    from harness.config import recommended_config
-    from harness.numerics.settings import config_settings
-    from harness.record import EngineRecord
-    from harness.snapshot.model import Snapshot
-    from invariants import REGISTRY, CheckContext
-    from invariants.base import run_invariant
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.numerics.settings import config_settings
+    from fp8check.harness.record import EngineRecord
+    from fp8check.harness.snapshot.model import Snapshot
+    from fp8check.invariants import REGISTRY, CheckContext
+    from fp8check.invariants.base import run_invariant
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
 
     def c10(settings):
@@ -116,8 +116,8 @@ def test_c10_with_nothing_read_is_unknown_and_a_mismatch_fails():
 def test_a_capped_list_keeps_the_worst_verdict_it_elides():
     """More findings than MAX_FINDINGS end in one summary: a list of UNKNOWNs stays UNKNOWN (nothing was found to
     be wrong), one FAIL among the elided ones makes the summary a FAIL."""
-    from invariants.base import fail, unknown
-    from invariants.sync import MAX_FINDINGS, _cap
+    from fp8check.invariants.base import fail, unknown
+    from fp8check.invariants.sync import MAX_FINDINGS, _cap
     unknowns = [unknown("S3", "trainer snapshot lacks this scale", tensor=f"t{i}") for i in range(MAX_FINDINGS + 5)]
     assert _cap("S3", unknowns)[-1].verdict == UNKNOWN and len(_cap("S3", unknowns)) == MAX_FINDINGS + 1
     mixed = unknowns + [fail("S3", "t_last", "scale bits differ")]

@@ -4,11 +4,11 @@ import torch
 from faker import Faker
 from hypothesis import given, strategies as st
 
-from harness import strategies as fst
-from harness.config import ConfigError, SyncConfig, matches
-from harness.formats import get_recipe
-from harness.layouts import LayoutError, LayoutMap, Piece, scale_name, split_rank_name
-from harness.models import MODELS, get_model
+from fp8check.harness import strategies as fst
+from fp8check.harness.config import ConfigError, SyncConfig, matches
+from fp8check.harness.formats import get_recipe
+from fp8check.harness.layouts import LayoutError, LayoutMap, Piece, scale_name, split_rank_name
+from fp8check.harness.models import MODELS, get_model
 
 fake = Faker()
 Faker.seed(0)

@@ -3,11 +3,11 @@ reference engines behind the same remote wrapper, in this process (the wire enco
 Not a live test: the GPU suite (tests/gpu) runs the same session against real vLLM and Megatron-Core/TE."""
 import pytest
 
-import faults
-from e2e.live import LiveSession
-from faults import live_faults
-from harness.config import recommended_config
-from harness.engines.cpu.rollout import ReferenceRollout
+from fp8check import faults
+from fp8check.e2e.live import LiveSession
+from fp8check.faults import live_faults
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.cpu.rollout import ReferenceRollout
 
 CPU = dict(trainer="cpu-reference", rollout="cpu-reference", ray=False)
 DENSE_LIVE = live_faults(recommended_config("tiny-dense", "blockwise-fp32"), ReferenceRollout.knobs)
@@ -97,8 +97,8 @@ def test_run_live_report_and_rendering(tmp_path, capsys):
     import argparse
     import json
 
-    from e2e.live import run_live
-    from harness.cli.live import render
+    from fp8check.e2e.live import run_live
+    from fp8check.harness.cli.live import render
     cfg = recommended_config("tiny-moe", "blockwise-fp32")
     with cpu_session(cfg) as s:
         rep = run_live(cfg, 2, ["experts_permuted", "postprocess_twice"], session=s)
@@ -114,9 +114,9 @@ def test_run_live_report_and_rendering(tmp_path, capsys):
 def test_live_snapshot_verifies_elsewhere_and_tampering_is_caught(tmp_path):
     """`fp8check live --snapshot DIR`: the last clean sync, read back in full from the engine, verifies green
     with `fp8check verify`; one flipped scale in the captured engine state turns it red (S3)."""
-    from e2e.live import run_live
-    from harness.cli.snapshot import verify_dir
-    from harness.snapshot import read_snapshot_dir, write_snapshot_dir
+    from fp8check.e2e.live import run_live
+    from fp8check.harness.cli.snapshot import verify_dir
+    from fp8check.harness.snapshot import read_snapshot_dir, write_snapshot_dir
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     out = tmp_path / "snap"
     rep = run_live(cfg, 1, ["scale_x2_block"], snapshot_dir=str(out), **CPU)
@@ -126,7 +126,7 @@ def test_live_snapshot_verifies_elsewhere_and_tampering_is_caught(tmp_path):
     rollout = {n: snap.rollout[n].clone() for n in snap.rollout.names()}
     name = next(n for n in rollout if n.endswith("qkv_proj.weight_scale_inv"))
     rollout[name].view(-1)[0] *= 2
-    from harness.snapshot import Snapshot
+    from fp8check.harness.snapshot import Snapshot
     write_snapshot_dir(str(out), snap.manifest, rollout=Snapshot("rollout", rollout, snap.rollout.meta))
     import io
     from contextlib import redirect_stdout
@@ -143,5 +143,5 @@ def test_live_without_gpu_is_one_line_exit_2():
     import torch
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: `fp8check live` would start real engines")
-    p = subprocess.run([sys.executable, "-m", "harness", "live", "--model", "tiny-dense"], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "fp8check", "live", "--model", "tiny-dense"], capture_output=True, text=True)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "GPU" in p.stderr

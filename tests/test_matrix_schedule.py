@@ -1,7 +1,7 @@
 """The matrix's process scheduler: (model, recipe) groups kept on one worker, the tail of a group taken by an idle
 worker, results in matrix order and equal to a serial run's."""
-import faults  # noqa: F401
-from faults import matrix
+from fp8check import faults  # noqa: F401
+from fp8check.faults import matrix
 
 
 def _verdicts(cells):

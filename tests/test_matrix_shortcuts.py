@@ -4,17 +4,17 @@ forwards shared by content (`FORWARDS`) are the forwards of the engine they are 
 import pytest
 import torch
 
-from harness.config import recommended_config
-from harness.engines.cpu import rollout as rollout_module
-from harness.engines.registry import make_engine
-from harness.sync import transport
-from harness.sync.payload import TensorRecord, digest_matches, dtype_name, payload_from_items, tensor_digest
-from harness.sync.pipeline import run_sync
-from harness.sync.transport import _digests_ok, flipped, pack, unpack
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.cpu import rollout as rollout_module
+from fp8check.harness.engines.registry import make_engine
+from fp8check.harness.sync import transport
+from fp8check.harness.sync.payload import TensorRecord, digest_matches, dtype_name, payload_from_items, tensor_digest
+from fp8check.harness.sync.pipeline import run_sync
+from fp8check.harness.sync.transport import _digests_ok, flipped, pack, unpack
 
 
 def _raw(t):
-    from harness.formats.bytes import as_bytes
+    from fp8check.harness.formats.bytes import as_bytes
     return as_bytes(t).reshape(-1)
 
 
@@ -98,11 +98,11 @@ def test_shared_forwards_follow_the_engine_state(kept, monkeypatch):
         name = next(n for n in b._graph[0] if n.endswith("down_proj.weight"))
         b._graph[0][name].view(torch.uint8)[0, 0] ^= 1
     assert a.forward_key("x") != b.forward_key("x")
-    from harness.numerics.forward import prompts_logprobs
+    from fp8check.harness.numerics.forward import prompts_logprobs
     fresh = prompts_logprobs(cfg.spec, b.hf_weights(), prompts)[0]
     assert torch.equal(b.generate_logprobs(prompts)[0], fresh)
     greedy = b.greedy([[7, 8, 9, 10]], 4)
-    from harness.numerics.sampling import sample
+    from fp8check.harness.numerics.sampling import sample
     assert greedy == [sample(cfg.spec, b.hf_weights(), [[7, 8, 9, 10]], 1, 4, temperature=0.0).tokens[0].tolist()]
 
 
@@ -120,8 +120,8 @@ def test_outputs_measured_on_weights_held_once_are_the_engines_forwards():
     out = eng.measure_outputs(prompts, 3)
     assert eng._held is None
     W = eng.hf_weights()
-    from harness.numerics.forward import prompts_logprobs
-    from harness.numerics.sampling import sample
+    from fp8check.harness.numerics.forward import prompts_logprobs
+    from fp8check.harness.numerics.sampling import sample
     assert out.greedy == sample(cfg.spec, W, prompts, 1, 3, temperature=0.0).tokens.tolist()
     assert out.prompt_logprobs == [[float(x) for x in t] for t in prompts_logprobs(cfg.spec, W, prompts)]
     with eng._weights_held():
@@ -136,7 +136,7 @@ def test_outputs_measured_on_weights_held_once_are_the_engines_forwards():
 
 def test_hf_masters_are_the_layout_of_the_megatron_masters():
     """The HF masters, memoized per (model, seed, step), are the layout's map of the Megatron masters there."""
-    from harness.engines.cpu.masters import _sequential, masters_hf
+    from fp8check.harness.engines.cpu.masters import _sequential, masters_hf
     for model in ("tiny-dense", "tiny-moe", "tiny-hybrid"):
         for seed in (0, 3):
             cfg = recommended_config(model, "blockwise-fp32", seed=seed)

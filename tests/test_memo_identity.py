@@ -2,7 +2,7 @@
 buffers that repeat bytes). Neither may hand a changed tensor the result of the unchanged one."""
 import torch
 
-from harness.memo import ContentMemo, IdentityMemo
+from fp8check.harness.memo import ContentMemo, IdentityMemo
 
 
 def _counting(fn):

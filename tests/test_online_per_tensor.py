@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.config import ConfigError, recommended_config
-from harness.engines.registry import make_engine
-from harness.integrations.check import check_sync
-from harness.numerics.online import online_engine_state_hf, scaled_fp8_quant_per_tensor
+from fp8check.harness.config import ConfigError, recommended_config
+from fp8check.harness.engines.registry import make_engine
+from fp8check.harness.integrations.check import check_sync
+from fp8check.harness.numerics.online import online_engine_state_hf, scaled_fp8_quant_per_tensor
 
 from online_engines import bf16_masters, fails, online_config, stale_sync_failures, synced
 

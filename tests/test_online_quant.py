@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from harness.numerics.online import (E4M3_MAX, amax_over_448_blockwise, per_block_cast_to_fp8,
+from fp8check.harness.numerics.online import (E4M3_MAX, amax_over_448_blockwise, per_block_cast_to_fp8,
                                      per_token_activation_quant, scaled_fp8_quant_per_tensor)
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "vllm026_online_fp8_corner.pt")

@@ -9,8 +9,9 @@ CODE = """
 import sys
 sys.modules["triton"] = None                      # `import triton` now raises ImportError
 import torch
-import harness.formats, harness.digest, harness.digest_triton, harness.formats.triton_blockwise
-from harness.formats import quantize_blockwise, quantize_blockwise_triton
+import fp8check.harness.formats, fp8check.harness.digest, fp8check.harness.digest_triton, fp8check.harness.formats.triton_blockwise
+from fp8check import harness
+from fp8check.harness.formats import quantize_blockwise, quantize_blockwise_triton
 quantize_blockwise(torch.ones(4, 4))
 print(harness.digest.state_digest(torch.ones(3)))
 for fn, args in ((quantize_blockwise_triton, (torch.ones(4, 4),)),

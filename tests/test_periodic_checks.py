@@ -3,12 +3,12 @@ but what costs as much as the sync itself -- S7's re-sync, P1's forwards, C1's r
 periodic syncs run; nothing deferred is reported as passed, and a fault the cheap catalog covers is still caught."""
 import pytest
 
-from e2e.live import LiveSession
-from faults import FAULTS
-from harness.config import recommended_config
-from harness.sync.capture import DigestFirst
-from harness.sync.pipeline import fault_config, reference_sync
-from invariants import REGISTRY, run_catalog
+from fp8check.e2e.live import LiveSession
+from fp8check.faults import FAULTS
+from fp8check.harness.config import recommended_config
+from fp8check.harness.sync.capture import DigestFirst
+from fp8check.harness.sync.pipeline import fault_config, reference_sync
+from fp8check.invariants import REGISTRY, run_catalog
 
 CFG = recommended_config("tiny-dense", "blockwise-fp32")
 

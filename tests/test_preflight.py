@@ -8,7 +8,7 @@ import pytest
 import yaml
 from faker import Faker
 
-from harness.cli import main
+from fp8check.harness.cli import main
 
 HOPPER = "examples/skyrl_hopper_fp8.yaml"
 BLACKWELL = "examples/skyrl_blackwell_mxfp8.yaml"
@@ -73,7 +73,7 @@ def test_model_config_json_by_path(tmp_path, capsys):
 
 
 def run_cli(*argv):
-    p = subprocess.run([sys.executable, "-m", "harness", "preflight", *argv], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "fp8check", "preflight", *argv], capture_output=True, text=True)
     return p.returncode, p.stderr.strip()
 
 
@@ -90,11 +90,11 @@ def test_bad_input_is_one_line_exit_2(tmp_path, content, needle):
 
 def test_parser_fuzz_never_tracebacks(tmp_path):
     """Faker-made configs over the real key space: exit 0, 1 or 2, never an internal error."""
-    from harness.jobconfig import KNOWN
+    from fp8check.harness.jobconfig import KNOWN
     fake = Faker()
     Faker.seed(7)
     keys = sorted(KNOWN)
-    from harness.cli import main as cli_main
+    from fp8check.harness.cli import main as cli_main
     for i in range(60):
         cfg = {fake.random_element(keys): fake.random_element(
             [fake.word(), fake.pyint(0, 9), fake.pybool(), None, [fake.word()], "blockwise", "e4m3", "mxfp8"])
@@ -124,7 +124,7 @@ def explain(capsys, *argv):
 
 
 def test_explain_prints_the_rule_alone(capsys):
-    from invariants import REGISTRY
+    from fp8check.invariants import REGISTRY
     rc, out, _ = explain(capsys, "--explain", "K3")
     inv = REGISTRY["K3"]
     assert rc == 0 and inv.condition[:40] in out.replace("\n", " ") and "source:" in out and "why:" in out
@@ -274,18 +274,18 @@ def test_blackwell_deep_gemm_needs_e8m0(tmp_path, capsys, argv):
 def test_config_from_job_is_what_preflight_reads():
     """The public call gives the SyncConfig pre-flight judges (one reader, not two)."""
     import argparse
-    import harness
-    from harness.cli.preflight import read_job
+    import fp8check
+    from fp8check.harness.cli.preflight import read_job
     for path in ("examples/skyrl_hopper_fp8.yaml", "examples/verl_fp8_rollout.yaml", "examples/nemo_rl_fp8_generation.yaml"):
         args = argparse.Namespace(config=path, set=None, env=None, gpu="sm90")
-        got = harness.config_from_job(path, gpu="sm90")
+        got = fp8check.config_from_job(path, gpu="sm90")
         want = read_job(args).config
         assert got.to_dict() == want.to_dict(), path
 
 
 def test_config_from_job_bad_input_is_one_line():
-    import harness
-    from harness.errors import BadInput
+    import fp8check
+    from fp8check.harness.errors import BadInput
     with pytest.raises(BadInput) as e:
-        harness.config_from_job("no/such/job.yaml")
+        fp8check.config_from_job("no/such/job.yaml")
     assert "no/such/job.yaml" in str(e.value) and "\n" not in str(e.value)

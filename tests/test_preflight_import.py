@@ -18,14 +18,14 @@ class NoTorch(importlib.abc.MetaPathFinder):
             tried.append(name)          # an attempt counts even where the caller catches the ImportError
             raise ImportError("torch imported on the pre-flight path")
 sys.meta_path.insert(0, NoTorch())
-from harness.cli import main
+from fp8check.harness.cli import main
 rc = main(sys.argv[1:])
 if tried or "torch" in sys.modules:
     sys.stderr.write("torch import attempted on the pre-flight path\n")
     sys.exit(99)
 sys.exit(rc)
 """
-NORMAL = "import sys; from harness.cli import main; sys.exit(main(sys.argv[1:]))"
+NORMAL = "import sys; from fp8check.harness.cli import main; sys.exit(main(sys.argv[1:]))"
 # a machine without an NVIDIA driver: `--gpu auto` must resolve "no GPU" without torch
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
@@ -49,7 +49,7 @@ def _run(code, argv):
 
 @pytest.mark.parametrize("argv", CASES, ids=lambda a: " ".join(a[1:3]))
 def test_preflight_runs_without_torch(argv):
-    from harness.jobconfig import nvidia_driver_present
+    from fp8check.harness.jobconfig import nvidia_driver_present
     if nvidia_driver_present() and "--gpu" not in argv:
         pytest.skip("this machine has an NVIDIA driver: `--gpu auto` asks torch which GPU is visible")
     blocked, normal = _run(BLOCK, argv), _run(NORMAL, argv)

@@ -6,10 +6,10 @@ import json
 import pytest
 import yaml
 
-import harness.jobconfig as jobconfig
-from harness.cli import main
-from harness.jobconfig.keys import ENV_PREFIXES
-from invariants import REGISTRY, CheckContext, run_invariant
+import fp8check.harness.jobconfig as jobconfig
+from fp8check.harness.cli import main
+from fp8check.harness.jobconfig.keys import ENV_PREFIXES
+from fp8check.invariants import REGISTRY, CheckContext, run_invariant
 
 SK = "examples/skyrl_hopper_fp8.yaml"
 SKB = "examples/skyrl_blackwell_mxfp8.yaml"
@@ -170,7 +170,7 @@ def clean_env(monkeypatch):
 def run_case(c, tmp_path, capsys, monkeypatch):
     """(exit code, {rule: line level}) for one table config."""
     if c["sync_config"] is not None:
-        from harness.config import SyncConfig
+        from fp8check.harness.config import SyncConfig
         cfg = SyncConfig.from_dict(c["sync_config"])
         out = {}
         for inv in REGISTRY.values():
@@ -282,8 +282,8 @@ def test_e3_claim_holds_for_the_quantizers_it_names():
     (`harness.numerics.online.amax_over_448_blockwise`), on
     four random BF16 weights (one of them happens to keep every code)."""
     import torch
-    from harness.formats import quantize_blockwise
-    from harness.numerics.online import amax_over_448_blockwise
+    from fp8check.harness.formats import quantize_blockwise
+    from fp8check.harness.numerics.online import amax_over_448_blockwise
     codes = scales = blocks = elems = 0
     for seed in range(4):
         w = (torch.randn(1024, 1024, generator=torch.Generator().manual_seed(seed)) * 0.02).bfloat16()
@@ -301,7 +301,7 @@ def test_e3_claim_holds_for_the_quantizers_it_names():
 
 def test_yaml_round_trip_of_the_table_configs():
     """The table's --set values parse as the stacks' YAML would (a dict, a list, a quoted string)."""
-    from harness.cli import parse_sets
+    from fp8check.harness.cli import parse_sets
     got = parse_sets([VR + "engine_kwargs.vllm.hf_overrides={quantization_config: {quant_method: fp8}}",
                       NV + "quantization_ignored_layer_kws=[]", VENV + "VERL_DISABLE_TRITON_FP8='0'"])
     assert got[VR + "engine_kwargs.vllm.hf_overrides"] == {"quantization_config": {"quant_method": "fp8"}}

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from harness.config import recommended_config
-from harness.engines.protocol import EngineError
-from harness.sync.pipeline import reference_engines, reference_sync, run_sync
-from invariants import CheckContext, run_catalog
-from invariants.probes import ProbeRun, prompts_for
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.protocol import EngineError
+from fp8check.harness.sync.pipeline import reference_engines, reference_sync, run_sync
+from fp8check.invariants import CheckContext, run_catalog
+from fp8check.invariants.probes import ProbeRun, prompts_for
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +85,8 @@ def test_the_probe_forward_holds_one_layer_of_dequantized_weights_at_a_time(leng
     earlier sessions' CPUs gave equal bits), so that case holds to float32's rounding, not to the bit."""
     import gc
     import weakref
-    from harness.lazy import LazyMap
-    from harness.numerics.forward import Weights, prompts_logprobs
+    from fp8check.harness.lazy import LazyMap
+    from fp8check.harness.numerics.forward import Weights, prompts_logprobs
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     g = torch.Generator().manual_seed(0)
     base = {t.name: torch.randn(t.shape, generator=g) * 0.05 for t in cfg.spec.tensors()}
@@ -125,7 +125,7 @@ def test_a_weight_that_cannot_be_dequantized_when_read_is_unknown_naming_it(side
     """The forward dequantizes when it reads a weight: a scale that does not fit its codes fails there, and P1 is
     unknown naming the weight (as the eager read was), never a crash and never a pass. The trainer's case fails
     at the read; the rollout's earlier, where the scale does not map back to checkpoint coordinates."""
-    from harness.snapshot import Snapshot
+    from fp8check.harness.snapshot import Snapshot
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     res, _, _ = reference_sync(cfg, steps=1, checks=False)
     ctx = res.context(None)
@@ -141,7 +141,7 @@ def test_a_weight_that_cannot_be_dequantized_when_read_is_unknown_naming_it(side
 
 def _p1_forwards(monkeypatch, cfg, capture, fault=None):
     """The P1 finding of a reference sync captured with `capture`, and how many reference forwards P1 ran."""
-    import harness.numerics.forward as fw
+    import fp8check.harness.numerics.forward as fw
     res = reference_sync(cfg, capture=capture, fault=fault, checks=False)[0]
     calls, real = [], fw.prompts_logprobs
     monkeypatch.setattr(fw, "prompts_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -154,7 +154,7 @@ def _p1_forwards(monkeypatch, cfg, capture, fault=None):
 def test_a_digest_first_capture_runs_the_floor_once_for_the_rollout_too(monkeypatch, recipe):
     """Every digest matched: the rollout snapshot is the capture's expected state, so its forward is the floor's
     (two forwards, not three) and P1 says exactly what it says over a full read of the engine."""
-    from harness.sync.capture import DigestFirst, FullRead
+    from fp8check.harness.sync.capture import DigestFirst, FullRead
     cfg = recommended_config("tiny-dense", recipe)
     full, n_full = _p1_forwards(monkeypatch, cfg, FullRead())
     dig, n_dig = _p1_forwards(monkeypatch, cfg, DigestFirst())
@@ -164,9 +164,9 @@ def test_a_digest_first_capture_runs_the_floor_once_for_the_rollout_too(monkeypa
 
 
 def test_an_engine_that_holds_other_bytes_gets_its_own_forward(monkeypatch):
-    from faults import FAULTS
-    from harness.sync.capture import DigestFirst, FullRead
-    from harness.sync.pipeline import fault_config
+    from fp8check.faults import FAULTS
+    from fp8check.harness.sync.capture import DigestFirst, FullRead
+    from fp8check.harness.sync.pipeline import fault_config
     fault = FAULTS["scale_nan_block"]
     cfg = fault_config(recommended_config("tiny-dense", "blockwise-fp32"), fault)
     full, _ = _p1_forwards(monkeypatch, cfg, FullRead(), fault)
@@ -179,7 +179,7 @@ def _fp8_kv_engine_logprobs(cfg, rollout, prompts, scale, logit_scale=1.0):
     at `scale` (x / scale, nearest even, saturating at 448) and read back times `scale`: vLLM's cache write and its
     Triton attention's read, written out here apart from fp8check's own rule."""
     from dataclasses import replace
-    from harness.numerics.forward import prompts_logprobs
+    from fp8check.harness.numerics.forward import prompts_logprobs
 
     def cache(t, prefix, which):
         return (t.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float() * scale
@@ -193,7 +193,7 @@ def test_a_perfect_engine_with_an_fp8_kv_cache_passes_and_the_floor_must_model_i
     runs: fp8_e4m3 at scale 1) passes P1: the floor's reference forward reads K and V back from the same cache. A
     floor that leaves the cache out (as it did) fails the same engine; an engine off in another way still fails."""
     from dataclasses import replace
-    import invariants.probes as probes
+    import fp8check.invariants.probes as probes
     base = recommended_config("tiny-dense", "blockwise-fp32")
     cfg = replace(base, rollout=replace(base.rollout, kv_cache_dtype="fp8_e4m3", kv_scale=scale))
     res, _, rollout = reference_sync(cfg, probes=True)
@@ -208,7 +208,7 @@ def test_a_perfect_engine_with_an_fp8_kv_cache_passes_and_the_floor_must_model_i
 
 
 def test_an_fp8_kv_round_trip_is_e4m3_at_the_scale_saturating():
-    from harness.numerics.kv_cache import fp8_kv_cache
+    from fp8check.harness.numerics.kv_cache import fp8_kv_cache
     q = fp8_kv_cache(lambda prefix, which: 2.0)
     x = torch.tensor([0.6, 1000.0, -1000.0, 0.0, float("inf"), float("nan")])
     got = q(x, "model.layers.0.", "k")
@@ -219,7 +219,7 @@ def test_an_fp8_kv_round_trip_is_e4m3_at_the_scale_saturating():
 
 def test_calibrated_kv_scales_missing_from_the_trainer_are_named():
     from dataclasses import replace
-    from harness.numerics.kv_cache import declared_kv_cache
+    from fp8check.harness.numerics.kv_cache import declared_kv_cache
     base = recommended_config("tiny-dense", "blockwise-fp32")
     cfg = replace(base, rollout=replace(base.rollout, kv_cache_dtype="fp8_e4m3", kv_scales="calibrated"))
     assert declared_kv_cache(cfg, {}) == "the trainer declares no model.layers.0.self_attn.k_scale (calibrated " \
@@ -231,9 +231,9 @@ def test_calibrated_kv_scales_missing_from_the_trainer_are_named():
 def test_a_non_finite_floor_fails_p1_never_the_field_bound(clean, bad, monkeypatch):
     """A reference the engine's declared numerics make non-finite (here a KV-cache scale of NaN or inf) gives a
     non-finite bound, which P1 fails on: `max(field, NaN)` is the field bound, which a finite probe passed."""
-    import invariants.probes as probes
-    from harness.numerics.kv_cache import fp8_kv_cache
-    from invariants.probes import calibrated_bounds
+    import fp8check.invariants.probes as probes
+    from fp8check.harness.numerics.kv_cache import fp8_kv_cache
+    from fp8check.invariants.probes import calibrated_bounds
     assert all(v != v for v in calibrated_bounds({k: float("nan") for k in probes.BOUNDS}).values())
     monkeypatch.setattr(probes, "_engine_kv", lambda ctx: fp8_kv_cache(lambda prefix, which: bad))
     (f,) = _p1(clean, clean.probe_run)

@@ -5,10 +5,10 @@ import os
 import pytest
 from hypothesis import given, seed, settings, strategies as st
 
-import faults
-from harness import strategies as fst
-from harness.sync.pipeline import fault_config, reference_sync
-from invariants import run_catalog
+from fp8check import faults
+from fp8check.harness import strategies as fst
+from fp8check.harness.sync.pipeline import fault_config, reference_sync
+from fp8check.invariants import run_catalog
 
 FAMILIES = ("sync", "contract", "exclusion", "alignment")
 CI = os.environ.get("HYPOTHESIS_PROFILE") == "ci"
@@ -60,7 +60,7 @@ def test_fault_trips_its_invariant(config, name, params):
 @pytest.mark.parametrize("bit", range(32))
 def test_every_scale_bit_flip_is_caught(bit):
     """Exhaustive over the bit position of a flipped FP32 scale, both sign and exponent and mantissa bits."""
-    from harness.config import recommended_config
+    from fp8check.harness.config import recommended_config
     f = faults.FAULTS["scale_bit_flip"].with_params(bit=bit, element=5)
     fired = {x.invariant_id for x in _findings(recommended_config("tiny-dense", "blockwise-fp32"), f)
              if x.verdict == "fail"}

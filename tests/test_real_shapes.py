@@ -10,15 +10,15 @@ import textwrap
 import pytest
 import torch
 
-import faults
-from faults.contract import block_breaking_tp
-from faults.matrix import matrix_cells, run_cell
-from harness.cli import main
-from harness.config import SyncConfig, recommended_config
-from harness.engines.cpu.masters import megatron_masters, per_tensor_master
-from harness.layouts.megatron import megatron_pieces
-from harness.layouts.pieces import disassemble
-from harness.models import (SHIPPED, ModelError, get_model, register_model, spec_from_hf_config,
+from fp8check import faults
+from fp8check.faults.contract import block_breaking_tp
+from fp8check.faults.matrix import matrix_cells, run_cell
+from fp8check.harness.cli import main
+from fp8check.harness.config import SyncConfig, recommended_config
+from fp8check.harness.engines.cpu.masters import megatron_masters, per_tensor_master
+from fp8check.harness.layouts.megatron import megatron_pieces
+from fp8check.harness.layouts.pieces import disassemble
+from fp8check.harness.models import (SHIPPED, ModelError, get_model, register_model, spec_from_hf_config,
                             with_layers)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -188,8 +188,8 @@ def test_preflight_reads_a_real_shape_and_a_hub_id(tmp_path, cli):
     assert rc in (0, 1) and json.loads(out)["model"] == "qwen3-30b-a3b@2L", err
     job = tmp_path / "job.yaml"
     job.write_text("trainer.policy.model.path: Qwen/Qwen3-8B\n")
-    from harness.cli import load_yaml
-    from harness.jobconfig import parse_job
+    from fp8check.harness.cli import load_yaml
+    from fp8check.harness.jobconfig import parse_job
     assert parse_job(load_yaml(str(job)), {}, "sm90", str(job)).config.model == "qwen3-8b"
 
 
@@ -266,9 +266,9 @@ DENSE_126M = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hid
 
 PROBE = textwrap.dedent("""
     import json, resource, sys
-    from harness.config import recommended_config
-    from harness.models import get_model
-    from harness.sync.pipeline import reference_sync
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.models import get_model
+    from fp8check.harness.sync.pipeline import reference_sync
     res, _, _ = reference_sync(recommended_config(sys.argv[1], "blockwise-fp32"))
     params = get_model(sys.argv[1]).num_params()
     # this process's own peak: after an exec, ru_maxrss also holds the spawning process's (Linux keeps the old
@@ -303,8 +303,9 @@ def test_p1_holds_and_memory_is_bounded_on_a_126m_dense_model(tmp_path):
 def test_faults_refuses_a_model_whose_cell_does_not_fit_in_memory(monkeypatch, capsys):
     """One matrix cell of a 1-layer Qwen3-8B shape (1.44 B parameters) passed 24 GB on this machine and was killed
     by the kernel hours in: `faults` refuses it up front, in one line, when the memory is not there."""
-    import faults.matrix
-    from harness.cli import main
+    import fp8check.faults.matrix
+    from fp8check import faults
+    from fp8check.harness.cli import main
     monkeypatch.setattr(faults.matrix, "available_memory", lambda: 8 << 30)
     assert main(["faults", "--model", "qwen3-8b", "--layers", "1", "--fault", "scale_x2_block"]) == 2
     err = capsys.readouterr().err.strip()

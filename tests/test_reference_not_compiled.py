@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.formats import quantize_blockwise, scale_from_amax
-from harness.formats.bytes import as_bytes
+from fp8check.harness.formats import quantize_blockwise, scale_from_amax
+from fp8check.harness.formats.bytes import as_bytes
 
 # ops that appear in a traced quantizer; the caller below only multiplies and adds
 QUANTIZER_OPS = ("div", "truediv", "reciprocal", "amax", "amin", "maximum", "clamp", "where", "isnan", "isinf")

@@ -2,9 +2,9 @@
 window and the in-place dequantization: each gives what the one-at-a-time code gave."""
 import torch
 
-from harness.bitview import any_of, bits_equal, differs, flag, resolve
-from harness.formats.blockwise import dequantize_blockwise
-from harness.numerics.forward import LayerWindow
+from fp8check.harness.bitview import any_of, bits_equal, differs, flag, resolve
+from fp8check.harness.formats.blockwise import dequantize_blockwise
+from fp8check.harness.numerics.forward import LayerWindow
 
 
 def _pairs():
@@ -29,7 +29,7 @@ def test_deferred_flags_resolve_to_bits_equal():
 
 
 def test_differs_chunks_a_long_tensor(monkeypatch):
-    import harness.bitview as bv
+    import fp8check.harness.bitview as bv
     monkeypatch.setattr(bv, "CHUNK", 64)
     a = torch.arange(1000, dtype=torch.int64)
     b = a.clone()
@@ -85,9 +85,9 @@ def test_rollout_in_checkpoint_coordinates_holds_no_copy_at_tp1():
     """At TP 1 every checkpoint tensor the engine holds whole (o_proj and down_proj too, whose row-parallel pieces
     name their columns) is a view of the engine's parameter: the checks keep `rollout_hf` for the whole catalog.
     After a digest-first capture that proved every parameter it is the trainer's own tensor: nothing built."""
-    from harness.config import recommended_config
-    from harness.sync.capture import DigestFirst, FullRead
-    from harness.sync.pipeline import reference_sync
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.sync.capture import DigestFirst, FullRead
+    from fp8check.harness.sync.pipeline import reference_sync
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     res, *_ = reference_sync(cfg, capture=FullRead(), checks=False)
     held = {t.untyped_storage().data_ptr() for t in res.rollout.tensors.values()}
@@ -112,9 +112,9 @@ DEFERRED_CELLS = [(None, "tiny-dense", "blockwise-fp32"), (None, "tiny-moe", "bl
 
 
 def test_deferred_flags_give_the_eager_findings(monkeypatch):
-    import faults
-    import harness.bitview as bv
-    from faults.matrix import run_cell
+    from fp8check import faults
+    import fp8check.harness.bitview as bv
+    from fp8check.faults.matrix import run_cell
     ran = 0
     for fault, model, recipe in DEFERRED_CELLS:
         f = faults.FAULTS[fault] if fault else None
@@ -133,8 +133,8 @@ def test_deferred_flags_give_the_eager_findings(monkeypatch):
 def test_a_non_finite_pow2_scale_is_one_finding_not_two():
     """S3 judges power-of-two encoding only where every scale is finite and positive (as the eager check's
     `continue` did): a NaN block scale is "non-positive or non-finite", never also "log2 not integral"."""
-    import faults
-    from faults.matrix import run_cell
+    from fp8check import faults
+    from fp8check.faults.matrix import run_cell
     cell = run_cell(faults.FAULTS["scale_nan_block"], "tiny-dense", "blockwise-pow2")
     s3 = [f.message for f in cell.findings if f.invariant_id == "S3"]
     assert any("non-positive or non-finite" in m for m in s3), s3
@@ -146,9 +146,9 @@ def test_segment_flags_per_tensor_and_the_second_only_where_the_first_is_clear()
     nothing of its neighbours), mixed dtypes are read as values, and 'not a power of two' is judged only where every
     scale is finite and positive."""
     import torch
-    from harness.bitview import resolve
-    from harness.formats import is_pow2
-    from invariants.sync import _segment_flags
+    from fp8check.harness.bitview import resolve
+    from fp8check.harness.formats import is_pow2
+    from fp8check.invariants.sync import _segment_flags
     ts = [torch.tensor([0.5, 2.0]), torch.tensor([0.5, float("nan"), 3.0]), torch.tensor([3.0]),
           torch.tensor([1.0, 1.5]).bfloat16(), torch.zeros(0), torch.tensor([[0.25, -1.0]])]
 
@@ -156,7 +156,7 @@ def test_segment_flags_per_tensor_and_the_second_only_where_the_first_is_clear()
         v = flat.float()
         return [~(torch.isfinite(v) & (v > 0)), ~is_pow2(v)]
     for defer in (False, True):
-        import harness.bitview as bv
+        import fp8check.harness.bitview as bv
         old, bv.DEFER_ON_CPU = bv.DEFER_ON_CPU, defer
         try:
             bad, not_pow2 = (resolve(f) for f in _segment_flags(ts, masks))
@@ -170,7 +170,7 @@ def test_vector_element_flags_resolve_with_the_others(monkeypatch):
     """`FlagOf` (a screen's per-tensor flag: element i of one vector) resolves beside bools and 0-d tensors, one
     host copy per vector; `flag` keeps it deferred where flags are deferred; `any_of` takes it."""
     import torch
-    import harness.bitview as bv
+    import fp8check.harness.bitview as bv
     a, b = torch.tensor([True, False, True]), torch.tensor([False, True])
     flags = [False, bv.FlagOf(a, 2), torch.tensor(False), bv.FlagOf(b, 0), True, bv.FlagOf(a, 1), bv.FlagOf(b, 1)]
     assert bv.resolve(flags) == [False, True, False, False, True, False, True]

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-from e2e.serving import SERVING_FAULTS, loop_ok, phase_loop
-from harness.config import recommended_config
-from harness.sync.pipeline import reference_sync
-from invariants import REGISTRY
+from fp8check.e2e.serving import SERVING_FAULTS, loop_ok, phase_loop
+from fp8check.harness.config import recommended_config
+from fp8check.harness.sync.pipeline import reference_sync
+from fp8check.invariants import REGISTRY
 
 
 def serving_config(**kw):
@@ -54,7 +54,7 @@ def test_check_sync_leaves_kv_scales_alone_on_a_bf16_kv_cache():
     """Seen on the H200 (2026-12-01): a plain vLLM 0.26 engine with a BF16 KV cache boots its (unread) KV scale
     buffers at a random dummy value. check_sync's default set judges only conditions the config has; naming R1
     still runs it."""
-    from harness import check_sync
+    from fp8check import check_sync
     bf16_kv = recommended_config("tiny-dense", "blockwise-fp32")
     bf16_kv = replace(bf16_kv, rollout=replace(bf16_kv.rollout, pin_kv_scales=False))
     _, trainer, rollout = reference_sync(bf16_kv)
@@ -75,8 +75,8 @@ def test_greedy_with_the_kv_cache_picks_the_tokens_of_a_full_recompute(model):
     up to a near-tie: a decode step's GEMMs have another shape than the full forward's, and on some CPUs (AVX-512)
     the last-bit difference flips an FP8 activation code; tiny-moe then sees logits 0.004 apart swap places."""
     import torch
-    from harness.numerics.forward import logits
-    from harness.sync.pipeline import differential_prompts
+    from fp8check.harness.numerics.forward import logits
+    from fp8check.harness.sync.pipeline import differential_prompts
     res, _, rollout = reference_sync(recommended_config(model, "blockwise-fp32"), checks=False)
     spec, W = res.config.spec, rollout.hf_weights()
     prompts = differential_prompts(spec.vocab_size)
@@ -99,10 +99,10 @@ def test_r1_and_p1_read_the_calibrated_kv_scales_from_one_rule():
     take the calibration from one rule: a changed trainer scale moves both, a missing one is named alike by both."""
     import torch
 
-    from harness.numerics.kv_cache import declared_kv_cache
-    from harness.snapshot import Snapshot
-    from invariants import run_catalog
-    from invariants.serving import _declared_kv
+    from fp8check.harness.numerics.kv_cache import declared_kv_cache
+    from fp8check.harness.snapshot import Snapshot
+    from fp8check.invariants import run_catalog
+    from fp8check.invariants.serving import _declared_kv
     cfg = serving_config(kv_scales="calibrated")
     ctx = reference_sync(cfg, checks=False)[0].context()
     name = "model.layers.0.self_attn.k_scale"

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.cli import main
+from fp8check.harness.cli import main
 
 MODELS = ["tiny-dense", "tiny-moe", "tiny-hybrid"]
 RECIPES = ["blockwise-fp32", "blockwise-pow2", "mxfp8"]
@@ -145,7 +145,7 @@ def test_bf16_codes_written_into_payload_are_s5(snap, tmp_path, capsys):
 
 def one_line_error(argv):
     """Run the real console entry in a subprocess: exit 2, one line on stderr, no traceback."""
-    p = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "fp8check", *argv], capture_output=True, text=True)
     return p.returncode, p.stderr.strip()
 
 
@@ -185,10 +185,10 @@ def test_verify_junit(snap, tmp_path, capsys):
 def test_faults_list_names_every_fault_and_which_run_live(capsys):
     """`fp8check faults --list` is the README's pointer to the fault taxonomy: every registered fault, and the
     live column agrees with what `fp8check live` would inject into running engines of that model."""
-    import faults
-    from faults.base import live_faults
-    from harness.config import recommended_config
-    from harness.engines.vllm import VLLMEngine
+    from fp8check import faults
+    from fp8check.faults.base import live_faults
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.engines.vllm import VLLMEngine
     assert main(["faults", "--list", "--model", "tiny-moe"]) == 0
     assert "fp8check faults" in capsys.readouterr().out           # the table (its width follows the terminal)
     assert main(["faults", "--list", "--model", "tiny-moe", "--json"]) == 0

@@ -17,8 +17,8 @@ import tokenize
 import pytest
 import torch
 
-from harness.formats import quantize_blockwise
-from harness.formats.bytes import as_bytes
+from fp8check.harness.formats import quantize_blockwise
+from fp8check.harness.formats.bytes import as_bytes
 
 try:                                 # pytest puts tests/ on sys.path (rootdir conftest, no tests/__init__.py)
     from gpu.test_te_conformance import _case
@@ -27,7 +27,7 @@ except ImportError:                  # imported from the repository root
     from tests.gpu.test_te_conformance import _case
     from tests.triton_interp import load
 
-tb, DEVICE = load("harness.formats.triton_blockwise")
+tb, DEVICE = load("fp8check.harness.formats.triton_blockwise")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = [(pow2, eps, block) for pow2 in (False, True) for eps in (0.0, 1e-3) for block in ((128, 128), (1, 128))]
@@ -230,7 +230,7 @@ import json, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from harness.formats import triton_blockwise as tb, triton_requantize as rq
+from fp8check.harness.formats import triton_blockwise as tb, triton_requantize as rq
 FMT = dict(FP8_MAX=448.0, INPUT_MAX=3.3895313892515355e38, MANT=3, BIAS=7, MAX_BITS=0x43E00000, MAX_CODE=0x7E,
            NAN_CODE=0x7F)
 BUILDS = {"persist-bf16-128x128": dict(kind=0, bn=128, rows=128, sub=128, even=True, stages=3, warps=8),

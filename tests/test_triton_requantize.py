@@ -10,15 +10,15 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from harness.formats import quantize_blockwise
-from harness.formats.bytes import bits_equal
+from fp8check.harness.formats import quantize_blockwise
+from fp8check.harness.formats.bytes import bits_equal
 
 try:                                 # pytest puts tests/ on sys.path (rootdir conftest, no tests/__init__.py)
     from triton_interp import load
 except ImportError:                  # imported from the repository root
     from tests.triton_interp import load
 
-rq, DEVICE = load("harness.formats.triton_requantize")
+rq, DEVICE = load("fp8check.harness.formats.triton_requantize")
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
 

@@ -5,10 +5,10 @@ disagreement. Buckets arrive as one update (vLLM 0.26's start / update-per-bucke
 import pytest
 import torch
 
-from harness.config import recommended_config
-from harness.engines.registry import make_engine
-from harness.integrations.check import SyncCheckFailed, check_sync, root_first
-from harness.integrations.pytest_plugin import SyncChecker
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.registry import make_engine
+from fp8check.harness.integrations.check import SyncCheckFailed, check_sync, root_first
+from fp8check.harness.integrations.pytest_plugin import SyncChecker
 
 
 def _checker(model="tiny-dense", recipe="blockwise-fp32"):
@@ -125,7 +125,7 @@ def test_check_sync_judges_expected_as_the_wire_root_first():
 
 
 def test_root_first_is_a_stable_order_by_stage_then_dtype_and_exclusion_first():
-    from invariants.base import fail, passed
+    from fp8check.invariants.base import fail, passed
     fs = [passed("S1", "ok"), fail("S2", "a", "x", stage="engine"), fail("S1", "b", "y", stage="wire"),
           fail("S6", "c", "z", stage="wire"), fail("S7", None, "update did not complete: boom"),
           fail("S4", "d", "w", stage="trainer")]
@@ -137,7 +137,7 @@ def test_root_first_is_a_stable_order_by_stage_then_dtype_and_exclusion_first():
 
 def test_megatron_names_reach_the_users_function_with_te_padded_scales():
     """names="megatron": what the learner holds -- Megatron names, fp32 masters, TE's padded scale layout."""
-    from harness.formats.te_layout import wire_to_te
+    from fp8check.harness.formats.te_layout import wire_to_te
     cfg, checker = _checker()
     weights, masters = checker.inputs("megatron")
     n = "decoder.layers.0.self_attention.linear_qkv.weight"

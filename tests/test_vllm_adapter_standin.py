@@ -10,8 +10,8 @@ import types
 import pytest
 import torch
 
-from harness.config import recommended_config
-from harness.engines.vllm_extension import FP8CheckTestExtension, FP8CheckWorkerExtension
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.vllm_extension import FP8CheckTestExtension, FP8CheckWorkerExtension
 
 
 class QuantizeMethodBase:                     # what isinstance() in the extension checks for
@@ -36,7 +36,7 @@ def fake_vllm_module(monkeypatch):
     for name in ("vllm", "vllm.model_executor", "vllm.model_executor.layers", "vllm.model_executor.layers.quantization"):
         monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    from harness.engines.vllm import engine_env
+    from fp8check.harness.engines.vllm import engine_env
     env = engine_env(recommended_config("tiny-dense", "blockwise-fp32"))
     envs = types.ModuleType("vllm.envs")
     envs.VLLM_USE_DEEP_GEMM = env["VLLM_USE_DEEP_GEMM"] == "1"
@@ -128,14 +128,14 @@ class StandInLLM:
 
 @pytest.fixture
 def engine():
-    from harness.engines.vllm import VLLMEngine
+    from fp8check.harness.engines.vllm import VLLMEngine
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     return VLLMEngine(cfg, llm=StandInLLM(cfg))
 
 
 def test_sync_record_and_reads_through_the_extension(engine):
-    from harness.engines.registry import make_engine
-    from harness.sync.pipeline import DigestFirst, run_sync
+    from fp8check.harness.engines.registry import make_engine
+    from fp8check.harness.sync.pipeline import DigestFirst, run_sync
     trainer = make_engine("trainer", "cpu-reference", engine.config)
     trainer.optimizer_step()
     res = run_sync(engine.config, trainer, engine, capture=DigestFirst(), checks=True, probes=False,
@@ -169,7 +169,7 @@ def test_sync_record_and_reads_through_the_extension(engine):
 
 
 def test_knobs_turn_what_they_say(engine):
-    from harness.engines.registry import make_engine
+    from fp8check.harness.engines.registry import make_engine
     trainer = make_engine("trainer", "cpu-reference", engine.config)
     trainer.optimizer_step()
     items = [(n, t, 1) for n, t in trainer.export_hf().items()]
@@ -190,7 +190,7 @@ def test_kv_scales_pinned_at_boot_and_faults_visible(engine):
 
 
 def test_observe_only_never_writes():
-    from harness.engines.vllm import VLLMEngine
+    from fp8check.harness.engines.vllm import VLLMEngine
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     llm = StandInLLM(cfg)
     before = {n: b.clone() for n, b in llm.worker.model_runner.model.named_buffers()}
@@ -210,9 +210,9 @@ def _user_sync(llm, trainer):
 
 def _watched_after_one_sync(llm, cfg):
     """watch(llm), then one optimizer step and the user's own sync of it; returns the trainer."""
-    import harness
-    from harness.engines.registry import make_engine
-    harness.watch(llm)
+    import fp8check
+    from fp8check.harness.engines.registry import make_engine
+    fp8check.watch(llm)
     trainer = make_engine("trainer", "cpu-reference", cfg)
     trainer.optimizer_step()
     _user_sync(llm, trainer)
@@ -223,16 +223,16 @@ def _watched_after_one_sync(llm, cfg):
 def test_consecutive_correct_user_syncs_are_clean_every_time(syncs):
     """watch + check_sync after each of several correct syncs: S7 passes each time (post-load once per sync; the
     counters used to accumulate: 'post-load ran 2 times' from the second sync on)."""
-    import harness
-    from harness.engines.registry import make_engine
+    import fp8check
+    from fp8check.harness.engines.registry import make_engine
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     llm = StandInLLM(cfg)
-    harness.watch(llm)
+    fp8check.watch(llm)
     trainer = make_engine("trainer", "cpu-reference", cfg)
     for _ in range(syncs):
         trainer.optimizer_step()
         _user_sync(llm, trainer)
-        findings = harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
+        findings = fp8check.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
         s7 = [f for f in findings if f.invariant_id == "S7"]
         assert [f.verdict for f in s7] == ["pass"], [(f.verdict, f.message) for f in s7]
         assert not [f for f in findings if f.verdict != "pass"], [(f.invariant_id, f.message) for f in findings
@@ -240,15 +240,15 @@ def test_consecutive_correct_user_syncs_are_clean_every_time(syncs):
 
 
 def test_an_observed_sync_that_post_processes_twice_is_still_caught():
-    import harness
+    import fp8check
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     llm = StandInLLM(cfg)
     trainer = _watched_after_one_sync(llm, cfg)
-    assert not [f for f in harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return") if f.verdict == "fail"]
+    assert not [f for f in fp8check.check_sync(llm, trainer.export_hf(), cfg, on_fail="return") if f.verdict == "fail"]
     trainer.optimizer_step()
     _user_sync(llm, trainer)
     _user_sync(llm, trainer)                       # the job reloads twice: post-load twice for one sync
-    s7 = [f for f in harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return") if f.invariant_id == "S7"]
+    s7 = [f for f in fp8check.check_sync(llm, trainer.export_hf(), cfg, on_fail="return") if f.invariant_id == "S7"]
     assert any(f.verdict == "fail" and "ran 2 times" in f.message for f in s7), [(f.verdict, f.message) for f in s7]
 
 
@@ -280,17 +280,17 @@ def test_the_users_extension_only_reads():
 
 
 def test_an_engine_without_the_extension_is_one_line_naming_it():
-    import harness
-    from harness.engines.vllm import MissingExtension
+    import fp8check
+    from fp8check.harness.engines.vllm import MissingExtension
 
     class Bare:
         def collective_rpc(self, method, args=()):
             raise AttributeError(f"'Worker' object has no attribute '{method}'")
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     with pytest.raises(MissingExtension) as e:
-        harness.check_sync(Bare(), {}, cfg)
+        fp8check.check_sync(Bare(), {}, cfg)
     msg = str(e.value)
-    assert "fp8check_instrument" in msg and "worker_extension_cls=harness.WORKER_EXTENSION" in msg
+    assert "fp8check_instrument" in msg and "worker_extension_cls=fp8check.WORKER_EXTENSION" in msg
     assert "\n" not in msg
 
 
@@ -298,19 +298,19 @@ def test_settings_are_read_from_the_engine_and_a_mismatch_is_c10_naming_the_vari
     """A user's engine whose process resolved vLLM 0.26's default (DeepGEMM with E8M0 on) while the config's
     FP32 scales need it off: the record's settings come from the engine, and the first finding names the
     variable (the byte checks, judged against the engine's real UE8M0 transform, follow)."""
-    import harness
+    import fp8check
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     llm = StandInLLM(cfg)
     trainer = _watched_after_one_sync(llm, cfg)
-    clean = harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
+    clean = fp8check.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
     assert [f.verdict for f in clean if f.invariant_id == "C10"] == ["pass"]
     monkeypatch.setattr(sys.modules["vllm.envs"], "VLLM_USE_DEEP_GEMM", True)
     monkeypatch.setattr(sys.modules["vllm.envs"], "VLLM_USE_DEEP_GEMM_E8M0", True)
-    from harness.engines.vllm import VLLMEngine
+    from fp8check.harness.engines.vllm import VLLMEngine
     rec = VLLMEngine(cfg, llm=llm, observe_only=True).record()
     assert rec.settings["ue8m0_requant"] is True and rec.settings["read_from_engine"] is True
     assert rec.post_load.kind == "ue8m0_requant" and rec.act_quant == "vllm-ue8m0"
-    findings = harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
+    findings = fp8check.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
     first = next(f for f in findings if f.verdict == "fail")
     assert first.invariant_id == "C10" and "VLLM_USE_DEEP_GEMM_E8M0=1" in first.message \
         and "needs VLLM_USE_DEEP_GEMM_E8M0=0" in first.message
@@ -320,8 +320,8 @@ def test_settings_are_read_from_the_engine_and_a_mismatch_is_c10_naming_the_vari
 def test_an_engine_fp8check_cannot_judge_is_one_line_and_left_untouched(method):
     """A quantization method the settings reader does not know: one line naming it and what to do, and the
     engine's state and hooks stay as they were."""
-    import harness
-    from harness.engines.vllm import UnsupportedEngine
+    import fp8check
+    from fp8check.harness.engines.vllm import UnsupportedEngine
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     llm = StandInLLM(cfg)
     for m in llm.worker.model_runner.model.modules():
@@ -329,7 +329,7 @@ def test_an_engine_fp8check_cannot_judge_is_one_line_and_left_untouched(method):
             m.quant_method = type(method, (QuantizeMethodBase,), {})()
     before = {n: t.clone() for n, t in llm.worker.model_runner.model.state_dict().items()}
     with pytest.raises(UnsupportedEngine) as e:
-        harness.check_sync(llm, {}, cfg)
+        fp8check.check_sync(llm, {}, cfg)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("check_sync: the engine")
     assert method in msg, msg
@@ -343,14 +343,14 @@ def test_an_engine_fp8check_cannot_judge_is_one_line_and_left_untouched(method):
 def test_an_online_engine_under_a_checkpoint_config_is_c10_naming_the_method(cls, method):
     """vllm.LLM(quantization="fp8_per_block") and, on a BF16 checkpoint, quantization="fp8" are judged (their rules
     are modelled); a config that planned a checkpoint engine gets C10 first, naming the method."""
-    import harness
+    import fp8check
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     llm = StandInLLM(cfg)
     for m in llm.worker.model_runner.model.modules():
         if isinstance(getattr(m, "quant_method", None), Fp8LinearMethod):
             m.quant_method = type(cls, (QuantizeMethodBase,), {})()
     trainer = _watched_after_one_sync(llm, cfg)
-    findings = harness.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
+    findings = fp8check.check_sync(llm, trainer.export_hf(), cfg, on_fail="return")
     first = next(f for f in findings if f.verdict == "fail")
     assert (first.invariant_id, first.tensor) == ("C10", "method"), first
     assert f"'{method}'" in first.message and "'fp8-block'" in first.message
@@ -361,7 +361,7 @@ def test_online_per_tensor_layers_are_read_in_checkpoint_orientation():
     contiguous [N, K] tensor (the CUTLASS kernel's column-major B, an 8-row router padded to 16), one
     `weight_scale` [1]; experts [E, N, K] with `weight_scale` [E]. The extension reads them as [N, K] codes (no
     copy) and `weight_scale_inv` ([1]; [E, 1]), and leaves the engine's parameters as they were."""
-    from harness.engines.wire import decode
+    from fp8check.harness.engines.wire import decode
     root, g = torch.nn.Module(), torch.Generator().manual_seed(0)
 
     def fp8(*shape):

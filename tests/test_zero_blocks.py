@@ -3,7 +3,7 @@ interpreter on CPU) flags exactly the tensors the torch reference flags -- parti
 unaligned widths -- and a flag belongs to its tensor alone."""
 import torch
 
-from harness.formats.zero_blocks import wrong_zero_blocks, zero_block_flags
+from fp8check.harness.formats.zero_blocks import wrong_zero_blocks, zero_block_flags
 
 try:
     from triton_interp import load
@@ -54,7 +54,7 @@ def test_reference_rule():
 
 
 def test_kernel_flags_what_the_reference_flags():
-    zb, device = load("harness.formats.zero_blocks")
+    zb, device = load("fp8check.harness.formats.zero_blocks")
     pairs = [(q.to(device), s.to(device)) for q, s in CASES]
     got = zb._kernel_flags(pairs, (128, 128)).tolist()
     assert got == [bool(wrong_zero_blocks(q, s, (128, 128)).any()) for q, s in CASES]
@@ -64,8 +64,8 @@ def test_kernel_flags_what_the_reference_flags():
 def test_flags_as_vector_elements_resolve_to_the_reference(monkeypatch):
     """S3 asks for the kernel's flags as elements of its one vector (`flag_of=FlagOf`: no 0-d tensor per weight);
     `resolve` gives the reference's verdicts, one host copy for the vector."""
-    from harness.bitview import FlagOf, resolve
-    zb, device = load("harness.formats.zero_blocks")
+    from fp8check.harness.bitview import FlagOf, resolve
+    zb, device = load("fp8check.harness.formats.zero_blocks")
     monkeypatch.setattr(zb, "_fits_kernel", lambda q, s, b: True)     # the interpreter's CPU tensors too
     pairs = [(q.to(device), s.to(device)) for q, s in CASES[:5]]
     got = zb.zero_block_flags(pairs, (128, 128), flag_of=FlagOf)

@@ -3,7 +3,7 @@ fp8check; nothing to import). Run: `pytest examples/user_project` (add --fp8chec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from harness.integrations.check import SyncCheckFailed
+from fp8check.harness.integrations.check import SyncCheckFailed
 from my_sync import sync_correct, sync_substring_bug
 
 
@@ -27,9 +27,9 @@ def test_my_sync_on_a_moe_model(fp8check_sync):
 def test_bucketing_never_matters(bucket):
     """Fuzz a sync parameter: every bucket size installs the same bytes (fixtures are not shared with
     Hypothesis examples, so the checker is built per example)."""
-    from harness.config import recommended_config
-    from harness.engines.registry import make_engine
-    from harness.integrations.pytest_plugin import SyncChecker
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.engines.registry import make_engine
+    from fp8check.harness.integrations.pytest_plugin import SyncChecker
     from my_sync import _sync
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     trainer = make_engine("trainer", "cpu-reference", cfg)

@@ -21,10 +21,10 @@ def main(argv):
     logging.getLogger().addHandler(logging.NullHandler())   # verl's "Failed to quantize" errors (no_pg): expected
     import verl_loader
     import verl_sync
-    from harness.config import recommended_config
-    from harness.engines.registry import make_engine
-    from harness.integrations.check import SyncCheckFailed
-    from harness.integrations.pytest_plugin import SyncChecker
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.engines.registry import make_engine
+    from fp8check.harness.integrations.check import SyncCheckFailed
+    from fp8check.harness.integrations.pytest_plugin import SyncChecker
     syncs = {"rollout": verl_sync.verl_fp8_rollout, "no_pg": verl_sync.verl_fp8_rollout_no_process_group,
              "ignoring": verl_sync.verl_fp8_rollout_ignoring("mlp.shared_expert_gate")}
     print(f"verl {verl_loader.installed_version()}, kernel path: {verl_loader.kernel_path()}")

@@ -47,7 +47,7 @@ def _gone(pid: int, timeout: float = 90.0) -> bool:
 
 @pytest.fixture(scope="session")
 def ray_session():
-    from harness.engines.remote import start_ray
+    from fp8check.harness.engines.remote import start_ray
     ray = start_ray()
     yield ray
     for h in list(ENGINES.values()) + list(TRAINERS.values()):
@@ -67,7 +67,7 @@ def ray_session():
 @pytest.fixture(scope="session")
 def engine(ray_session):
     """engine(config, **kwargs) -> a vLLM rollout engine (Remote), started once per distinct configuration."""
-    from harness.engines.remote import Remote
+    from fp8check.harness.engines.remote import Remote
 
     def get(config, **kw):
         key = _key(config, sorted(kw.items()))
@@ -95,7 +95,7 @@ def release(ray_session):
 @pytest.fixture(scope="session")
 def trainer(ray_session):
     """trainer(config, name="megatron") -> a trainer (Remote), one per (model, recipe, trainer settings)."""
-    from harness.engines.remote import Remote
+    from fp8check.harness.engines.remote import Remote
 
     def get(config, name="megatron"):
         d = config.to_dict()

@@ -5,8 +5,8 @@ a real layout (fused q|k|v, gate|up, experts) against the built tensors', and S3
 import pytest
 import torch
 
-from harness.digest import Assembled, assembled_digests, state_digests
-from harness.formats.bytes import any_sentinel
+from fp8check.harness.digest import Assembled, assembled_digests, state_digests
+from fp8check.harness.formats.bytes import any_sentinel
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +25,7 @@ def _mixed():
 @pytest.mark.parametrize("g", [None, 3, 4])
 def test_cuda_digests_equal_the_cpu_ones(g, monkeypatch):
     """The default blocks a program sums, and others: the definition's sums whatever the launch shape."""
-    from harness import digest_triton as dt
+    from fp8check.harness import digest_triton as dt
     if g is not None:
         monkeypatch.setattr(dt, "BLOCKS_PER_PROGRAM", g)
     ts = _mixed()
@@ -36,7 +36,7 @@ def test_cuda_digests_equal_the_cpu_ones(g, monkeypatch):
 
 def test_a_kept_plan_digests_the_bytes_there_now(monkeypatch):
     """On CUDA plans are kept by address: new bytes at a kept address give the new digest, from the kept plan."""
-    from harness import digest_triton as dt
+    from fp8check.harness import digest_triton as dt
     monkeypatch.setattr(dt, "_PLANS", {})
     ts = {n: t.cuda() for n, t in _mixed().items() if t.is_contiguous()}
     first = state_digests(ts)
@@ -68,9 +68,9 @@ def test_pieces_at_word_offsets_and_sentinels_on_the_gpu():
 def test_expected_state_digests_equal_the_built_states(model):
     """The capture's expected digests from the trainer's tensors where they lie, on the GPU, equal the digests of
     the expected state built on the CPU (the CPU suite's oracle path)."""
-    from harness.config import recommended_config
-    from harness.engines.registry import make_engine
-    from harness.numerics.expected import ExpectedState, expected_engine_state
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.engines.registry import make_engine
+    from fp8check.harness.numerics.expected import ExpectedState, expected_engine_state
     cfg = recommended_config(model, "blockwise-fp32")
     trainer = make_engine("trainer", "cpu-reference", cfg)
     trainer.optimizer_step()
@@ -83,7 +83,7 @@ def test_expected_state_digests_equal_the_built_states(model):
 
 
 def test_zero_block_screen_on_the_gpu():
-    from harness.formats.zero_blocks import _kernel_flags, wrong_zero_blocks
+    from fp8check.harness.formats.zero_blocks import _kernel_flags, wrong_zero_blocks
     g = torch.Generator().manual_seed(1)
     pairs = []
     for n, k, zero, one in [(256, 384, (1, 2), False), (256, 384, (1, 2), True), (200, 136, (1, 1), False),
@@ -106,7 +106,7 @@ def test_zero_block_screen_on_the_gpu():
 
 
 def test_kernels_warm_at_start():
-    from harness.formats.recipe import get_recipe
-    from harness.numerics.warmup import warm_kernels
+    from fp8check.harness.formats.recipe import get_recipe
+    from fp8check.harness.numerics.warmup import warm_kernels
     assert warm_kernels("cuda", get_recipe("blockwise-fp32")) == ["digest", "zero_blocks", "quantizer", "requantize"]
     assert warm_kernels("cpu") == []

@@ -4,11 +4,11 @@ checking never changes engine state. One engine per configuration; a destructive
 broken gets it replaced before the next one."""
 import pytest
 
-from e2e.live import LiveSession
-from faults import FAULTS, live_faults
-from faults.base import with_rollout
-from harness.config import recommended_config
-from harness.engines.vllm import VLLMEngine
+from fp8check.e2e.live import LiveSession
+from fp8check.faults import FAULTS, live_faults
+from fp8check.faults.base import with_rollout
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.vllm import VLLMEngine
 
 from .conftest import record
 
@@ -69,9 +69,9 @@ def test_checks_never_change_engine_state(trainer, engine):
     d0, m0 = s.rollout.state_digests(), s.rollout.record()
     s.rollout.kernel_tensors()                         # everything a check does: digests, record, full reads,
     s.rollout.generate_logprobs([[1, 2, 3, 4, 5, 6, 7, 8]])   # probes, the catalog
-    from harness.snapshot import Snapshot
-    from harness.sync.capture import expected_engine_state
-    from invariants import CheckContext, run_catalog
+    from fp8check.harness.snapshot import Snapshot
+    from fp8check.harness.sync.capture import expected_engine_state
+    from fp8check.invariants import CheckContext, run_catalog
     hf = s.trainer.export_hf()
     run_catalog(CheckContext(s.config, None, Snapshot("trainer", hf, s.trainer.record()),
                              Snapshot("rollout", expected_engine_state(s.config, hf, m0.post_load), m0)))

@@ -13,8 +13,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.config import recommended_config
-from harness.formats.bytes import as_bytes
+from fp8check.harness.config import recommended_config
+from fp8check.harness.formats.bytes import as_bytes
 
 from .conftest import record
 
@@ -40,9 +40,9 @@ def _differing(got: dict, want: dict) -> list:
 def _delayed_mirror(cfg, step: int) -> dict:
     """The learner's HF export at `step` by the mirror: each FP8 Megatron tensor's state observes the BF16 weight
     of every earlier step (one training forward each) and updates; the step's weight is cast with the scale then."""
-    from harness.engines.cpu.masters import megatron_masters
-    from harness.engines.cpu.trainer import is_fp8_gemm
-    from harness.layouts import scale_name
+    from fp8check.harness.engines.cpu.masters import megatron_masters
+    from fp8check.harness.engines.cpu.trainer import is_fp8_gemm
+    from fp8check.harness.layouts import scale_name
     masters = [megatron_masters(cfg.model, cfg.seed, k) for k in range(step + 1)]
     out = {}
     for k, m in masters[step].items():
@@ -105,9 +105,9 @@ ENGINE_CASES = [("tiny-dense", "online-per-tensor"), ("tiny-moe", "online-per-te
 @pytest.mark.parametrize("model,quant", ENGINE_CASES, ids=[f"{m}-{q}" for m, q in ENGINE_CASES])
 def test_own_vllm_engine_in_each_quantization_holds_the_mirror_and_the_catalog_agrees(engine, release, model,
                                                                                           quant):
-    from harness.engines.registry import make_engine
-    from harness.numerics.online import online_engine_state_hf
-    from harness.sync.pipeline import run_sync
+    from fp8check.harness.engines.registry import make_engine
+    from fp8check.harness.numerics.online import online_engine_state_hf
+    from fp8check.harness.sync.pipeline import run_sync
     cfg = _cfg(model, "fp8", quant)
     eng = engine(cfg)
     learner = make_engine("trainer", "cpu-reference", cfg)

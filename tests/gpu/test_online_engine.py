@@ -22,20 +22,20 @@ from dataclasses import replace
 model, quant = sys.argv[1], sys.argv[2]
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 import torch
-import harness
-from harness.engines.registry import make_engine
-from harness.engines.vllm import VLLM_ONLINE_QUANTIZATION, engine_env, write_model_dir
-from harness.engines.wire import decode
-from harness.numerics.online import online_engine_state_hf
-base = harness.recommended_config(model, "blockwise-fp32")
+import fp8check
+from fp8check.harness.engines.registry import make_engine
+from fp8check.harness.engines.vllm import VLLM_ONLINE_QUANTIZATION, engine_env, write_model_dir
+from fp8check.harness.engines.wire import decode
+from fp8check.harness.numerics.online import online_engine_state_hf
+base = fp8check.recommended_config(model, "blockwise-fp32")
 cfg = replace(base, rollout=replace(base.rollout, quantization=quant))
 os.environ.update(engine_env(cfg))
 import vllm
 llm = vllm.LLM(model=write_model_dir(cfg, tempfile.mkdtemp()), quantization=VLLM_ONLINE_QUANTIZATION[quant],
                load_format="dummy", enforce_eager=True, gpu_memory_utilization=0.15, max_model_len=256,
                skip_tokenizer_init=True, dtype="bfloat16", attention_backend="TRITON_ATTN",
-               worker_extension_cls=harness.WORKER_EXTENSION)
-harness.watch(llm)
+               worker_extension_cls=fp8check.WORKER_EXTENSION)
+fp8check.watch(llm)
 learner = make_engine("trainer", "cpu-reference", cfg)
 out = {"model": model, "quantization": quant, "runs": []}
 for _ in range(2):
@@ -51,7 +51,7 @@ for _ in range(2):
         return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
     differing = sorted(n for n in want if n in got and not same(got[n], want[n]))
     missing = sorted(n for n in want if n not in got)
-    findings = harness.check_sync(llm, sent, cfg, on_fail="return", version=learner.step)
+    findings = fp8check.check_sync(llm, sent, cfg, on_fail="return", version=learner.step)
     out["runs"].append({"compared": len(want), "differing": differing[:8], "n_differing": len(differing),
                         "missing": missing[:8],
                         "fired": sorted({f.invariant_id for f in findings if f.verdict == "fail"}),

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from e2e.live import LiveSession
-from faults import FAULTS
-from harness.config import recommended_config
-from harness.models import with_layers
+from fp8check.e2e.live import LiveSession
+from fp8check.faults import FAULTS
+from fp8check.harness.config import recommended_config
+from fp8check.harness.models import with_layers
 
 from .conftest import record
 

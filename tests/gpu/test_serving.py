@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from e2e.serving import SERVING_FAULTS, loop_ok, phase_loop
-from harness.config import recommended_config
+from fp8check.e2e.serving import SERVING_FAULTS, loop_ok, phase_loop
+from fp8check.harness.config import recommended_config
 
 from .conftest import record
 

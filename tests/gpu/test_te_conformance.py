@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from harness.formats.bytes import as_bytes
-from harness.formats import quantize_blockwise
+from fp8check.harness.formats.bytes import as_bytes
+from fp8check.harness.formats import quantize_blockwise
 
 from .conftest import record
 
@@ -44,7 +44,7 @@ def _bits_equal(a, b):
 @pytest.mark.parametrize("eps", [0.0, 1e-3], ids=["eps0", "eps1e-3"])
 @pytest.mark.parametrize("block_dim", [2, 1], ids=["128x128", "1x128"])
 def test_blockwise_quantizer_matches_transformer_engine(pow2, eps, block_dim):
-    from harness.engines.te_megatron import te_quantize_blockwise
+    from fp8check.harness.engines.te_megatron import te_quantize_blockwise
     block = (128, 128) if block_dim == 2 else (1, 128)
     bad, n = [], 0
     for i, (shape, dtype, kind) in enumerate(CASES):

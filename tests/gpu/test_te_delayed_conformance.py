@@ -6,7 +6,7 @@ while the weight grows between steps so that the delayed scale saturates codes (
 import pytest
 import torch
 
-from harness.formats.delayed import DelayedScaling
+from fp8check.harness.formats.delayed import DelayedScaling
 
 from .conftest import record
 

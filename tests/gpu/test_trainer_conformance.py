@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.config import recommended_config
-from harness.engines.cpu.trainer import ReferenceTrainer
-from harness.formats.bytes import as_bytes
+from fp8check.harness.config import recommended_config
+from fp8check.harness.engines.cpu.trainer import ReferenceTrainer
+from fp8check.harness.formats.bytes import as_bytes
 
 from .conftest import record
 

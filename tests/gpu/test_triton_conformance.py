@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from harness.digest import state_digests
-from harness.formats import quantize_blockwise
-from harness.formats.bytes import as_bytes
+from fp8check.harness.digest import state_digests
+from fp8check.harness.formats import quantize_blockwise
+from fp8check.harness.formats.bytes import as_bytes
 
 from .conftest import record
 from .test_te_conformance import CASES, _bits_equal, _case
@@ -26,8 +26,8 @@ def _ndiff(a, b):
 @pytest.mark.parametrize("eps", [0.0, 1e-3], ids=["eps0", "eps1e-3"])
 @pytest.mark.parametrize("block_dim", [2, 1], ids=["128x128", "1x128"])
 def test_triton_quantizer_matches_reference_and_transformer_engine(pow2, eps, block_dim):
-    from harness.engines.te_megatron import te_quantize_blockwise
-    from harness.formats.triton_blockwise import quantize_blockwise_triton
+    from fp8check.harness.engines.te_megatron import te_quantize_blockwise
+    from fp8check.harness.formats.triton_blockwise import quantize_blockwise_triton
     block = (128, 128) if block_dim == 2 else (1, 128)
     bad = []
     for i, (shape, dtype, kind) in enumerate(CASES):
@@ -48,7 +48,7 @@ def test_triton_quantizer_matches_reference_and_transformer_engine(pow2, eps, bl
 def test_triton_quantizer_layouts_on_gpu():
     """Expert stacks, strided / misaligned inputs, K not a multiple of 16 (unvectorized loads), e5m2, a big
     gate_up-sized tensor, the launch knobs: all equal to the CPU reference."""
-    from harness.formats.triton_blockwise import launch
+    from fp8check.harness.formats.triton_blockwise import launch
     g = torch.Generator().manual_seed(5)
     w = (torch.randn(4, 384, 1000, generator=g) * 0.05).bfloat16()
     big = (torch.randn(28672, 4096, generator=g) * 0.02).bfloat16()
@@ -136,7 +136,7 @@ def test_quantizer_throughput(tmp_path):
 def test_recipe_quantize_weight_on_cuda_is_the_reference():
     """Recipe.quantize_weight on a CUDA tensor runs the Triton kernel (what C1 re-quantizes the masters with on the
     device path): the same bytes as the CPU reference, both scale modes, a 2D weight and a stack of experts."""
-    from harness.formats import get_recipe
+    from fp8check.harness.formats import get_recipe
     g = torch.Generator().manual_seed(11)
     xs = [(torch.randn(1000, 520, generator=g) * 0.03).bfloat16(), (torch.randn(4, 384, 256, generator=g)).bfloat16()]
     bad = []

@@ -52,23 +52,23 @@ import json, os, sys, tempfile
 for k in ("VLLM_USE_DEEP_GEMM", "VLLM_USE_DEEP_GEMM_E8M0"):
     os.environ.pop(k, None)                      # vLLM 0.26's defaults, as a user's own engine gets them
 os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_DEEP_GEMM_WARMUP="skip")   # start-up only, not judged
-import harness
-from harness.engines.registry import make_engine
-from harness.engines.vllm import write_model_dir
+import fp8check
+from fp8check.harness.engines.registry import make_engine
+from fp8check.harness.engines.vllm import write_model_dir
 import vllm
-config = harness.recommended_config("tiny-dense", "blockwise-fp32")
+config = fp8check.recommended_config("tiny-dense", "blockwise-fp32")
 llm = vllm.LLM(model=write_model_dir(config, tempfile.mkdtemp()), load_format="dummy", enforce_eager=True,
                gpu_memory_utilization=0.15, max_model_len=256, skip_tokenizer_init=True, dtype="bfloat16",
                attention_backend="TRITON_ATTN",
-               worker_extension_cls=harness.WORKER_EXTENSION)
-harness.watch(llm)
+               worker_extension_cls=fp8check.WORKER_EXTENSION)
+fp8check.watch(llm)
 learner = make_engine("trainer", "cpu-reference", config)
 learner.optimizer_step()
 expected = learner.export_hf()
 llm.collective_rpc("reload_weights", kwargs={"weights_iterator": [(n, t.cuda()) for n, t in expected.items()],
                                              "is_checkpoint_format": True})
 settings = llm.collective_rpc("fp8check_settings")[0]
-findings = harness.check_sync(llm, expected, config, on_fail="return")
+findings = fp8check.check_sync(llm, expected, config, on_fail="return")
 fails = [[f.invariant_id, f.tensor, f.message] for f in findings if f.verdict == "fail"]
 print(json.dumps({"settings": settings, "fails": fails[:6], "fired": sorted({f[0] for f in fails})}))
 """

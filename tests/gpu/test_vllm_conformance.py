@@ -6,10 +6,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from e2e.conformance import configs
-from harness.formats.bytes import as_bytes
-from harness.sync.pipeline import install_items, reference_sync
-from invariants.probes import PROMPTS
+from fp8check.e2e.conformance import configs
+from fp8check.harness.formats.bytes import as_bytes
+from fp8check.harness.sync.pipeline import install_items, reference_sync
+from fp8check.invariants.probes import PROMPTS
 
 from .conftest import record
 
@@ -72,7 +72,7 @@ def test_logprobs_match_reference_forward(engine, name):
 
 def test_state_digest_is_device_independent(engine):
     """The streaming digest the engine computes on its GPU equals the host digest of the bytes it returns."""
-    from harness.digest import state_digest
+    from fp8check.harness.digest import state_digest
     eng = engine(configs()["dense-fp32"])
     on_device = eng.state_digests()
     host = {n: state_digest(t) for n, t in eng.kernel_tensors().items()}

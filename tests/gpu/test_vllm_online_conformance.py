@@ -5,7 +5,7 @@ x * (1 / s) round differently somewhere: the test tells the two rules apart, whi
 import pytest
 import torch
 
-from harness.numerics.online import per_block_cast_to_fp8, scaled_fp8_quant_per_tensor
+from fp8check.harness.numerics.online import per_block_cast_to_fp8, scaled_fp8_quant_per_tensor
 
 from .conftest import record
 

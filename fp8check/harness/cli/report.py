@@ -1,0 +1,79 @@
+"""Reporters: findings (plain data) -> terminal table, JSON, JUnit XML. Rendering never decides validity."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from xml.sax.saxutils import escape, quoteattr
+
+from rich.console import Console
+from rich.table import Table
+
+STYLE = {"pass": "green", "fail": "bold red", "unknown": "yellow", "ok": "green", "error": "bold red",
+         "warning": "yellow"}
+
+
+def console(stream=None) -> Console:
+    """Tables follow the terminal's width; piped into a log they are 120 columns (COLUMNS overrides), and summary
+    lines are printed with soft wrap so a log keeps each on one line."""
+    stream = stream or sys.stdout
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    width = None if tty else int(os.environ.get("COLUMNS", "120") or 120)
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False, force_terminal=None if tty else False)
+
+
+def _evidence_line(ev: dict) -> str:
+    if not ev:
+        return ""
+    parts = []
+    if "stage" in ev:
+        parts.append(f"at {ev['stage']}")
+    if "index" in ev:
+        parts.append(f"first diff {ev['index']}")
+    if "expected" in ev and "actual" in ev:
+        e, a = ev["expected"], ev["actual"]
+        fmt = lambda v: f"{v.get('value')} ({v.get('bits')})" if isinstance(v, dict) else str(v)  # noqa: E731
+        parts.append(f"trainer {fmt(e)} vs rollout {fmt(a)}")
+    if "rollout" in ev and isinstance(ev["rollout"], dict):
+        parts.append(f"= {ev['rollout']['param']}{ev['rollout']['index']}")
+    if "differing" in ev:
+        parts.append(f"{ev['differing']}/{ev['total']} differ")
+    if "count" in ev and "total" in ev and "differing" not in ev:
+        parts.append(f"{ev['count']}/{ev['total']} elements")
+    return "; ".join(parts)
+
+
+def findings_table(findings, title: str = "findings", show_pass: bool = True) -> Table:
+    t = Table(title=title, show_lines=False, expand=False)
+    for col in ("id", "verdict", "tensor", "what", "evidence"):
+        t.add_column(col, overflow="fold")
+    for f in findings:
+        if f.verdict == "pass" and not show_pass:
+            continue
+        t.add_row(f.invariant_id, f"[{STYLE[f.verdict]}]{f.verdict}[/]", f.tensor or "", f.message,
+                  _evidence_line(f.evidence))
+    return t
+
+
+def findings_json(findings, **extra) -> str:
+    from fp8check.invariants.base import by_invariant, overall
+    return json.dumps({"verdict": overall(findings), "invariants": by_invariant(findings),
+                       "failing": sorted({f.invariant_id for f in findings if f.verdict == "fail"}),
+                       "findings": [f.to_json() for f in findings], **extra}, indent=1, default=str)
+
+
+def junit_xml(suite: str, cases: list[tuple[str, str, str, str]]) -> str:
+    """cases: (classname, name, verdict, message). fail -> <failure>, unknown -> <error>."""
+    fails = sum(1 for c in cases if c[2] == "fail")
+    errs = sum(1 for c in cases if c[2] == "unknown")
+    out = ['<?xml version="1.0" encoding="utf-8"?>',
+           f'<testsuite name={quoteattr(suite)} tests="{len(cases)}" failures="{fails}" errors="{errs}">']
+    for cls, name, verdict, msg in cases:
+        out.append(f'  <testcase classname={quoteattr(cls)} name={quoteattr(name)}>')
+        if verdict == "fail":
+            out.append(f'    <failure message={quoteattr(msg[:500])}>{escape(msg)}</failure>')
+        elif verdict == "unknown":
+            out.append(f'    <error message={quoteattr(msg[:500])}>{escape(msg)}</error>')
+        out.append('  </testcase>')
+    out.append('</testsuite>')
+    return "\n".join(out) + "\n"

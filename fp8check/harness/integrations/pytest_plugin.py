@@ -1,0 +1,166 @@
+"""fp8check's pytest plugin (entry point `pytest11`): test your own weight-sync code against the catalog.
+
+    def my_sync(weights, masters, load):            # your name mapping, exclusions, quantization, bucketing
+        load([(name, tensor) for name, tensor in ...])
+
+    def test_my_sync(fp8check_sync):
+        fp8check_sync(my_sync)                      # raises SyncCheckFailed naming every violated invariant
+
+Fixtures: `fp8check_config` (a SyncConfig; `@pytest.mark.fp8check(model=..., recipe=...)` or the command-line
+options pick it), `fp8check_trainer` (the reference learner after one optimizer step: its FP8 forward weights are
+what a sync must install), `fp8check_engine` (the CPU reference vLLM engine, or a real vLLM engine with
+`--fp8check-live` on a GPU machine), and `fp8check_sync`, which poisons the engine, runs your function, reads the
+engine's state and runs the catalog. Your function gets the learner's FP8 forward weights (HF checkpoint names),
+its BF16 masters, and `load(items)`, the engine's checkpoint-format loader (vLLM's layerwise reload). With
+`harness.strategies` you can fuzz it on a laptop.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("fp8check", "fp8check: check your own FP8 weight sync")
+    g.addoption("--fp8check-live", action="store_true", help="run fp8check_engine on real vLLM (a GPU machine)")
+    g.addoption("--fp8check-model", default="tiny-dense", help="model for fp8check_config (a name or config.json)")
+    g.addoption("--fp8check-recipe", default="blockwise-fp32", help="recipe for fp8check_config")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fp8check(model=None, recipe=None): the SyncConfig fp8check fixtures use")
+
+
+@pytest.fixture
+def fp8check_config(request):
+    from fp8check.harness.config import recommended_config
+    m = request.node.get_closest_marker("fp8check")
+    kw = dict(m.kwargs) if m else {}
+    model = kw.pop("model", None) or request.config.getoption("--fp8check-model")
+    recipe = kw.pop("recipe", None) or request.config.getoption("--fp8check-recipe")
+    return recommended_config(model, recipe, **kw)
+
+
+@pytest.fixture
+def fp8check_trainer(fp8check_config):
+    from fp8check.harness.engines.registry import make_engine
+    t = make_engine("trainer", "cpu-reference", fp8check_config)
+    t.optimizer_step()
+    return t
+
+
+@pytest.fixture(scope="session")
+def _fp8check_live_engines():
+    """Live engines by configuration, started when a test first needs one and kept for the session: a vLLM start is
+    about 30 s, and an engine starting while another process frees GPU memory fails vLLM's memory profiling
+    ("Error in memory profiling"), which closing one engine per test provoked on the H200."""
+    engines: dict = {}
+    yield engines
+    while engines:
+        engines.popitem()[1].close()
+
+
+@pytest.fixture
+def fp8check_engine(request, fp8check_config):
+    if request.config.getoption("--fp8check-live"):
+        from fp8check.harness.engines.remote import Remote
+        live = request.getfixturevalue("_fp8check_live_engines")
+        key = json.dumps(fp8check_config.to_dict(), sort_keys=True, default=str)
+        if key not in live:
+            live[key] = Remote("rollout", "vllm", fp8check_config, ray=True, num_gpus=0.05)
+        yield live[key]           # every sync poisons it first: a test never sees the previous one's weights
+    else:
+        from fp8check.harness.engines.registry import make_engine
+        yield make_engine("rollout", "cpu-reference", fp8check_config)
+
+
+class SyncChecker:
+    """Runs a user's sync function into the engine and the catalog over what the engine then holds, and over what
+    the function handed `load` (the wire: S1 coverage, S5 dtypes, S6 exclusions, S2/S3 at stage `wire`).
+
+    `names="hf"` (default): the function gets the learner's FP8 forward weights and BF16 masters in HF checkpoint
+    names. `names="megatron"`: it gets them as the learner holds them -- Megatron-Core names (fused `linear_qkv`
+    interleaved by query group, `linear_fc1` = gate|up), each FP8 weight's `_scale_inv` in Transformer Engine's
+    padded stored layout (`Float8BlockwiseQTensor._rowwise_scale_inv`), fp32 masters -- so the user's name
+    mapping, de-interleaving and un-padding are under test. Each `load(bucket)` call is one bucket of one update,
+    delivered as vLLM 0.26's weight transfer receives it (`start_weight_update`, `update_weights` per bucket,
+    `finish_weight_update`): a layer is processed when its last element arrives."""
+
+    def __init__(self, config, trainer, engine):
+        self.config, self.trainer, self.engine = config, trainer, engine
+
+    def inputs(self, names: str):
+        """(weights, masters) as the user's function receives them."""
+        import torch
+        if names == "hf":
+            return (dict(self.trainer.export_hf()),
+                    {n: t.to(torch.bfloat16) for n, t in self.trainer.master_hf().items()})
+        if names == "megatron":
+            from fp8check.harness.formats.te_layout import wire_to_te
+            from fp8check.harness.layouts import is_scale_name
+            fwd = self.trainer.fp8_forward_weights()
+            weights = {n: (wire_to_te(t) if is_scale_name(n) else t) for n, t in fwd.items()}
+            return weights, {n: t.float().clone() for n, t in self.trainer.masters.items()}
+        raise ValueError(f"fp8check_sync: names must be 'hf' or 'megatron', got {names!r}")
+
+    def __call__(self, sync_fn, *, ids=None, names: str = "hf"):
+        from fp8check.harness.integrations.check import SYNC_RAISED, SyncCheckFailed, root_first, run_state_checks
+        from fp8check.harness.record import Resync
+        from fp8check.harness.snapshot.model import Snapshot
+        from fp8check.harness.sync.capture import FullRead
+        from fp8check.harness.sync.payload import payload_from_items
+        from fp8check.harness.sync.pipeline import payload_snapshot
+        from fp8check.invariants import CheckContext
+        cfg, version, eng = self.config, self.trainer.record().version, self.engine
+        expected = self.trainer.export_hf()
+        weights, masters = self.inputs(names)
+        bucketed = callable(getattr(eng, "start_update", None))
+        sent, errors, refused = [], [], []
+
+        def load(batch):
+            batch = [(str(n), t) for n, t in batch]
+            sent.extend(batch)
+            if bucketed:
+                try:
+                    eng.load_bucket([(n, t, version) for n, t in batch])
+                except Exception as e:  # noqa: BLE001 - the engine refused the bucket (not the user's code)
+                    refused.append(e)
+                    raise
+
+        eng.poison()
+        try:
+            if bucketed:
+                eng.start_update(version)
+            try:
+                sync_fn(weights, masters, load)
+            except Exception as e:  # noqa: BLE001 - the user's code raised: the root of whatever follows
+                if refused and e is refused[-1]:
+                    raise
+                raise RuntimeError(f"{SYNC_RAISED} {e.__class__.__name__}: {e}") from e
+            finally:
+                if bucketed:              # finalized even when the function raised: the engine's state is judged
+                    eng.finish_update()
+            if not bucketed:
+                eng.install([(n, t, version) for n, t in sent], version)
+        except Exception as e:  # noqa: BLE001 - the engine (or the sync) refused: judged as left
+            errors.append(f"{e.__class__.__name__}: {e}")
+        record = eng.record()
+        got = FullRead().capture(cfg, eng, expected, record)
+        if sent and not errors:                       # idempotence: the same sync again changes nothing
+            eng.install([(n, t, version) for n, t in sent], version)
+            after = eng.kernel_tensors()
+            record.resync = Resync(sorted(n for n, t in got.tensors.items() if not FullRead.same(t, after.get(n))))
+        record.version, record.errors, record.poisoned = version, errors, True
+        ctx = CheckContext(cfg, payload_snapshot(payload_from_items(cfg, sent, version)),
+                           Snapshot("trainer", expected, self.trainer.record()),
+                           Snapshot("rollout", got.tensors, record))
+        findings = root_first(run_state_checks(ctx, ids or None))
+        if any(f.verdict == "fail" for f in findings):
+            raise SyncCheckFailed(findings)
+        return findings
+
+
+@pytest.fixture
+def fp8check_sync(fp8check_config, fp8check_trainer, fp8check_engine):
+    return SyncChecker(fp8check_config, fp8check_trainer, fp8check_engine)

@@ -1,0 +1,789 @@
+"""S family: the seven conditions every weight sync must preserve (docs/design.md, the catalog).
+
+Every check is a pure function of (config, payload, trainer snapshot, rollout snapshot [+ master]) and the typed
+records beside them (harness.record); the rollout is compared in checkpoint coordinates after undoing the layout
+the config declares and applying the post-load transform the engine declares. No engine code is imported.
+"""
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:     # torch and the numerics are imported in the checks that compute: pre-flight imports this without them
+    import torch
+
+from fp8check.harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
+from fp8check.harness.memo import IdentityMemo
+from .base import FAIL, CheckContext, fail, invariant, passed, unknown
+from .evidence import bit_diff, engine_position, screened, unravel, value_diff
+
+MAX_FINDINGS = 20     # per invariant; the rest are counted in a summary finding
+
+
+def _cap(inv_id: str, findings: list):
+    """At most MAX_FINDINGS findings, then one summary of the rest carrying their worst verdict (unknowns summed
+    up stay unknown: a long list of what could not be judged is not a violation)."""
+    if len(findings) > MAX_FINDINGS:
+        rest = findings[MAX_FINDINGS:]
+        if any(f.verdict == FAIL for f in rest):
+            more = fail(inv_id, None, f"... and {len(rest)} more violations")
+        else:
+            more = unknown(inv_id, f"... and {len(rest)} more that cannot be judged")
+        findings = findings[:MAX_FINDINGS] + [more]
+    return findings
+
+
+def _sentinels(t: torch.Tensor) -> tuple[int | None, int]:
+    """(flat index of the first element still holding the poison bytes, how many do), chunk by chunk."""
+    from fp8check.harness.bitview import CHUNK, first_difference
+    from fp8check.harness.formats.bytes import any_sentinel, is_sentinel
+    flat = t.reshape(-1)
+    # a chunk without poison (the common case) needs no elementwise mask
+    return first_difference((a, is_sentinel(flat[a:a + CHUNK]).reshape(-1)) for a in range(0, flat.numel(), CHUNK)
+                            if any_sentinel(flat[a:a + CHUNK]))
+
+
+def _evidence(out: list) -> bool:
+    """Evidence (first difference, counts) only for the findings the cap keeps."""
+    return len(out) < MAX_FINDINGS
+
+
+def _where(ctx: CheckContext, name: str, ev: dict | None) -> dict:
+    if ev and "index" in ev:
+        tp = ctx.config.rollout.tp_size
+        pos = engine_position([ctx.config.layout.vllm_load_pieces(r) for r in range(tp)], name, ev["index"], tp)
+        if pos:
+            ev = {**ev, "rollout": pos}
+    return ev or {}
+
+
+def _fp8_names(ctx: CheckContext) -> tuple[str, ...]:
+    return ctx.config.fp8_tensor_names
+
+
+def _layout_params(ctx: CheckContext) -> dict[str, tuple]:
+    """Every rank-named parameter (and scale) the layout says the engine holds -> its engine-local shape."""
+    cfg = ctx.config
+    return {rank_name(n, r, cfg.rollout.tp_size): tuple(shp) for r in range(cfg.rollout.tp_size)
+            for n, shp in cfg.layout.vllm_param_shapes(r).items()}
+
+
+# what the declared transform changes in the trainer's values (S3), by the identity of the tensors it reads
+_TRANSFORM_DIFF = IdentityMemo(0)
+
+
+# -- S1 -----------------------------------------------------------------------------------------------------------
+@invariant("S1", "sync", "coverage",
+           "every parameter and scale the sampler reads is written by this sync exactly once; nothing unknown is "
+           "sent; no destination keeps its dummy, previous or poisoned value", needs=("rollout",),
+           source="fp8check's own")
+def s1_coverage(ctx: CheckContext):
+    """The wire half needs the payload record; a sync fp8check did not carry (check_sync on a user's engine) is
+    judged on the engine half alone."""
+    from fp8check.harness.sync.payload import expected_wire
+    out = []
+    want = expected_wire(ctx.config)
+    meta, rec = ctx.payload.meta if ctx.payload is not None else None, ctx.rollout.meta
+    counts = Counter(r.name for r in meta.records) if meta is not None else None
+    for n in want if counts is not None else ():
+        if counts[n] == 0:
+            out.append(fail("S1", n, "declared tensor not sent by this sync", stage="wire"))
+        elif counts[n] > 1:
+            out.append(fail("S1", n, f"sent {counts[n]} times (must be exactly once)", stage="wire"))
+    for n in counts or ():
+        if n not in want:
+            out.append(fail("S1", n, "sent but unknown to the config's layout (no destination)", stage="wire"))
+    rcv = meta.receive if meta is not None else None
+    for n in (rcv.dropped if rcv else []):
+        out.append(fail("S1", n, "sent but not delivered to the engine (truncated or failed its digest)",
+                        stage="transport"))
+    for e in (rcv.decode_errors if rcv else []):
+        out.append(fail("S1", None, f"transport: {e}", stage="transport"))
+    # the engine's parameters against the layout: every one written, none the trainer cannot fill
+    known = _layout_params(ctx)
+    held = set(ctx.rollout.names())
+    for k in sorted(set(known) - held - set(rec.unmaterialized)):
+        out.append(fail("S1", k, f"engine parameter {k} is absent: the engine state holds no such tensor (never "
+                                 f"written by this sync, or missing from the snapshot)", stage="engine"))
+    for k in sorted(held - set(known)):
+        out.append(fail("S1", k, f"the engine holds {k}, which no trainer tensor maps to (not in the layout map)",
+                        stage="engine"))
+    # poisoned destinations: every byte 0xFF survives only where no sync wrote
+    if rec.poisoned:
+        from fp8check.harness.formats.bytes import sentinel_flags
+        names = list(ctx.rollout.names())
+        # a parameter the capture's digests proved holds the expected bytes, screened in the digests' own pass
+        proof = ctx.rollout.proof
+        proven = set(proof.matched) if proof is not None else set()
+        read = [k for k in names if k not in proven]
+        hits = dict(zip(read, sentinel_flags(ctx.rollout[k] for k in read)))    # one screen, then detail
+        if proof is not None:
+            hits.update((k, True) for k in proof.sentinel)
+        for k in (k for k in names if hits.get(k)):
+            t = ctx.rollout[k]
+            first, count = _sentinels(t)
+            if count:
+                out.append(fail("S1", k, "poisoned destination survived the sync (no sync wrote these elements)",
+                                stage="engine", index=unravel(first, t.shape), count=count, total=t.numel()))
+    for k in rec.unmaterialized:
+        out.append(fail("S1", k, "engine parameter left on the meta device by the reload (never materialized: the "
+                                 "kernels have no weights here)", stage="engine"))
+    last = rec.last_update
+    if last is not None:
+        for mod in last.untouched:
+            out.append(fail("S1", mod, "engine module received no weights in this update", stage="engine"))
+        for mod in last.partial:
+            out.append(fail("S1", mod, "engine module only partly written (finished with uninitialised rows)",
+                            stage="engine"))
+        for n in last.dropped_loads:
+            out.append(fail("S1", n, "load arrived after its module was complete and was dropped "
+                                     "(duplicate or out-of-order tensor)", stage="engine"))
+    if not out:
+        if meta is None:
+            return [passed("S1", f"every one of {len(known)} engine parameters held, none unknown (no wire record)")]
+        return [passed("S1", f"{len(want)} tensors sent exactly once, all destinations written")]
+    return _cap("S1", out)
+
+
+# -- S2 -----------------------------------------------------------------------------------------------------------
+def _requantized(cfg, trainer_tensor) -> str:
+    """Why codes differ by design: the engine quantizes what it receives (the config says so), or holds BF16."""
+    q = cfg.rollout.quantization
+    if q == "checkpoint":
+        return ""
+    learner = "BF16" if trainer_tensor.element_size() != 1 else f"FP8 on {cfg.trainer_recipe.name}"
+    engine = "serves BF16" if q == "none" else f"quantizes the BF16 it receives itself ({q})"
+    return f": the engine {engine}, the learner holds {learner}; the sampler is off the learner's policy"
+
+
+@invariant("S2", "sync", "code identity",
+           "the E4M3 codes the sampler's kernels read equal the learner's FP8 forward weights byte for byte "
+           "(after undoing the engine's declared layout)", needs=("trainer", "rollout"),
+           source="fp8check's own")
+def s2_codes(ctx: CheckContext):
+    from fp8check.harness.bitview import differs
+    out, n_checked, steps = [], 0, []
+    rhf = ctx.rollout_hf
+    for n in _fp8_names(ctx):
+        t = ctx.trainer.get(n)
+        if t is None:
+            steps.append(unknown("S2", "trainer snapshot lacks this FP8 weight", tensor=n))
+            continue
+        if ctx.payload is not None and ctx.config.fp8_on_wire and n in ctx.payload and n not in ctx.wire_verified:
+            def wire_diff(out, n=n, t=t, w=ctx.payload[n]):
+                ev = bit_diff(t, w, _evidence(out))
+                return fail("S2", n, "codes on the wire differ from the trainer's", stage="wire", **ev) if ev else None
+            steps.append((differs(t, ctx.payload[n]), wire_diff))
+        r = rhf.get(n)
+        if r is None:
+            steps.append(fail("S2", n, "the engine holds no codes for this weight: " +
+                              ctx.rollout_hf_errors.get(n, "not in the rollout"), stage="engine"))
+            continue
+        ek = ctx.expected_kernel(n) if scale_name(n) in ctx.trainer else (t, None, False)
+        if ek is None:
+            steps.append(unknown("S2", f"trainer codes {list(t.shape)} cannot take the engine's declared post-load "
+                                       f"transform (not a block-quantized weight)", tensor=n))
+            continue
+        n_checked += 1
+        exp, _, transformed = ek
+
+        def engine_diff(out, n=n, t=t, exp=exp, r=r, transformed=transformed):
+            ev = bit_diff(exp, r, _evidence(out))
+            if not ev:
+                return None
+            what = "the trainer's codes after the engine's declared UE8M0 requantization" if transformed \
+                else "the trainer's"
+            return fail("S2", n, f"codes the sampler reads differ from {what}{_requantized(ctx.config, t)}",
+                        stage="engine", **_where(ctx, n, ev))
+        steps.append((differs(exp, r), engine_diff))
+    screened(steps, out)
+    if not out:
+        if not n_checked:
+            return [unknown("S2", "nothing to check: no FP8 weight in both the trainer and the rollout snapshot")]
+        return [passed("S2", f"{n_checked} FP8 weights byte-identical")]
+    return _cap("S2", out)
+
+
+# -- S3 -----------------------------------------------------------------------------------------------------------
+class _ScaleEncodings:
+    """S3's encoding screens (non-positive or non-finite, not a power of two, the E8M0 NaN byte) over every trainer
+    and wire scale of a sync at once: the scale grids (small: 1/16384 of the codes) read as one concatenation per
+    device and the element masks reduced per tensor, a few launches in all instead of five per tensor. Flags as
+    `harness.bitview.flag` gives them (bools on the CPU, 0-d tensors on a GPU for the screen's one host copy). A
+    trainer scale `ahead` (TrainerScreens) screened already is not read again."""
+
+    def __init__(self, ctx: CheckContext, recipe, ahead: "TrainerScreens | None" = None):
+        from fp8check.harness.formats import E8M0
+        self.e8m0 = recipe.scale_format == "e8m0"
+        wire = ctx.payload if ctx.payload is not None and ctx.config.fp8_on_wire else None
+        verified = ctx.wire_verified if wire is not None else frozenset()
+        tensors, self._alias, self._ahead = [], {}, {}
+        for n in _fp8_names(ctx):
+            sn = scale_name(n)
+            t = ctx.trainer.get(sn)
+            t = t if t is not None and (not self.e8m0 or t.dtype == E8M0) else None
+            done = ahead.encodings_of(t) if ahead is not None and t is not None else None
+            if done is not None:
+                self._ahead[id(t)] = done
+            elif t is not None:
+                tensors.append(t)
+            w = wire.get(sn) if wire is not None else None
+            if w is not None and (not self.e8m0 or w.dtype == E8M0):
+                if t is not None and sn in verified:     # the trainer's bytes (the sync's digests say): its flags
+                    self._alias[id(w)] = id(t)
+                else:
+                    tensors.append(w)
+        self._flags = _segment_flags(tensors, self._masks)
+        self._index = {id(t): i for i, t in enumerate(tensors)}
+
+    def _masks(self, flat):
+        import torch
+        from fp8check.harness.formats import is_pow2
+        if self.e8m0:
+            return [flat.view(torch.uint8) == 0xFF]
+        v = flat.float()
+        return [~(torch.isfinite(v) & (v > 0)), ~is_pow2(v)]
+
+    @property
+    def masks(self) -> int:
+        return len(self._flags)
+
+    def read(self, s) -> list | None:
+        """The flags (one per mask) of a scale this screen read itself; None for one it did not read (absent, taken
+        from `ahead`, or a wire scale aliased to the trainer's)."""
+        i = self._index.get(id(s))
+        return None if i is None else [f[i] for f in self._flags]
+
+    def _get(self, s, k):
+        key = self._alias.get(id(s), id(s))
+        done = self._ahead.get(key)
+        return done[k] if done is not None else self._flags[k][self._index[key]]
+
+    def e8m0_nan(self, s):
+        return self._get(s, 0)
+
+    def non_positive(self, s):
+        return self._get(s, 0)
+
+    def not_pow2(self, s):
+        """Judged only where every scale of the tensor is finite and positive (else `non_positive` says why)."""
+        return self._get(s, 1)
+
+
+def _zero_block_flags(ctx: CheckContext, recipe, ahead: "TrainerScreens | None" = None) -> dict:
+    """FP8 weight -> whether some all-zero block of the trainer's codes has a scale_inv other than 1 (TE's rule),
+    for every weight the rule applies to, screened at once (`harness.formats.zero_blocks`: one launch on a GPU);
+    a weight `ahead` screened already is not read again."""
+    from fp8check.harness.bitview import FlagOf, flag
+    from fp8check.harness.formats.zero_blocks import zero_block_flags
+    if recipe.granularity != "block" or recipe.amax_epsilon != 0 or ctx.config.rollout.quantization != "checkpoint":
+        return {}
+    names, out = [], {}
+    for n in _fp8_names(ctx):
+        codes, t = ctx.trainer.get(n), ctx.trainer.get(scale_name(n))
+        if codes is not None and t is not None and codes.dim() == 2 and codes.element_size() == 1 \
+                and tuple(t.shape) == recipe.scale_grid(codes.shape):
+            done = ahead.zero_block_of(n, codes, t) if ahead is not None else None
+            if done is not None:
+                out[n] = done
+            else:
+                names.append(n)
+    flags = zero_block_flags([(ctx.trainer[n], ctx.trainer[scale_name(n)]) for n in names], recipe.block_shape,
+                             flag_of=FlagOf) if names else []
+    out.update({n: flag(f) for n, f in zip(names, flags)})
+    return out
+
+
+class TrainerScreens:
+    """S3's screens of the trainer's own tensors -- its scales' encodings, TE's zero-block rule -- as host bools
+    (`trainer_screens`): a pure function of those tensors, which the pipeline computes ahead, during the install,
+    where they are on a GPU (`CheckContext.screens`). S3 takes a result only for the very tensor object it was
+    computed from, at the same version counter and under the same config; any other tensor it screens itself."""
+
+    def __init__(self, config, encodings: dict, zero_blocks: dict):
+        self.config = config
+        self._encodings = encodings        # id(scale) -> (scale, version, [bool per mask])
+        self._zero_blocks = zero_blocks    # weight name -> (codes, scale, versions, bool)
+
+    def encodings_of(self, t) -> list | None:
+        hit = self._encodings.get(id(t))
+        return hit[2] if hit is not None and hit[0] is t and hit[1] == t._version else None
+
+    def zero_block_of(self, name: str, codes, scale) -> bool | None:
+        hit = self._zero_blocks.get(name)
+        if hit is None or hit[0] is not codes or hit[1] is not scale or hit[2] != (codes._version, scale._version):
+            return None
+        return hit[3]
+
+
+def trainer_screens(config, trainer_hf) -> TrainerScreens:
+    """`TrainerScreens` of these trainer tensors (the FP8 weights' codes and scales), every flag on the host: one
+    copy per screen's vector."""
+    from fp8check.harness.bitview import resolve
+    from fp8check.harness.snapshot import Snapshot
+    ctx = CheckContext(config, trainer=Snapshot("trainer", dict(trainer_hf)))
+    recipe = config.recipe
+    enc = _ScaleEncodings(ctx, recipe)
+    zb = _zero_block_flags(ctx, recipe)
+    read = [(t, enc.read(t)) for t in (ctx.trainer.get(scale_name(n)) for n in _fp8_names(ctx)) if t is not None]
+    read = [(t, f) for t, f in read if f is not None]
+    scales, masks = [t for t, _ in read], enc.masks
+    flags = resolve([f for _, fs in read for f in fs] + list(zb.values()))
+    encodings = {id(t): (t, t._version, flags[i * masks:(i + 1) * masks]) for i, t in enumerate(scales)}
+    rest = flags[len(scales) * masks:]
+    zero_blocks = {n: (ctx.trainer[n], ctx.trainer[scale_name(n)],
+                       (ctx.trainer[n]._version, ctx.trainer[scale_name(n)]._version), f)
+                   for n, f in zip(zb, rest)}
+    return TrainerScreens(config, encodings, zero_blocks)
+
+
+def _segment_flags(tensors: list, masks) -> list[list]:
+    """For each element mask `masks(flat)` gives (a list of them over one concatenation of `tensors`), whether any
+    element of each tensor is set: [[flag per tensor] per mask]; the second mask only where the first is clear
+    (the flags of a tensor: `any(m0)`, `any(m1) and not any(m0)`, ...). One concatenation, one reduction per
+    mask, per device."""
+    import torch
+    from fp8check.harness.bitview import DEFER_ON_CPU, FlagOf
+    out: list | None = None
+    by_device: dict = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t.device, []).append(i)
+    for dev, ix in by_device.items():
+        parts = [tensors[i].reshape(-1) for i in ix]
+        dtypes = {p.dtype for p in parts}
+        flat = torch.cat(parts) if len(dtypes) == 1 else torch.cat([p.float() for p in parts])
+        sizes = torch.tensor([p.numel() for p in parts], device=dev)
+        seg = torch.repeat_interleave(torch.arange(len(ix), device=dev), sizes, output_size=flat.numel())
+        hits, seen = [], None
+        for m in masks(flat):
+            h = torch.zeros(len(ix), dtype=torch.int32, device=dev).index_add_(0, seg, m.to(torch.int32)) > 0
+            hits.append(h if seen is None else h & ~seen)
+            seen = h if seen is None else seen | h
+        rows = [h.tolist() if dev.type == "cpu" and not DEFER_ON_CPU else [FlagOf(h, k) for k in range(len(ix))]
+                for h in hits]
+        if out is None:
+            out = [[False] * len(tensors) for _ in rows]
+        for k, row in enumerate(rows):
+            for i, v in zip(ix, row):
+                out[k][i] = v
+    return out if out is not None else []          # no tensor: nothing to look up
+
+
+def _scale_values(t: torch.Tensor) -> torch.Tensor:
+    from fp8check.harness.formats import E8M0
+    if t.dtype == E8M0:
+        from fp8check.harness.formats import e8m0_to_float
+        return e8m0_to_float(t)
+    return t.float()
+
+
+def diagnose_scale(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
+    import torch
+    from fp8check.harness.formats import is_pow2
+    if expected.shape != actual.shape:
+        return None
+    e, a = _scale_values(expected), _scale_values(actual)
+    if bool(is_pow2(a).all()) and not bool(is_pow2(e).all()):
+        return "scales were requantized to powers of two (UE8M0) on the way: FP32 scales need VLLM_USE_DEEP_GEMM_E8M0=0"
+    if torch.allclose(a * e, torch.ones_like(e), rtol=1e-6):
+        return "scale and scale_inv swapped (one convention: weight_scale_inv multiplies to dequantize)"
+    if e.dim() == 2 and e.shape[0] == e.shape[1] and torch.equal(a, e.t()):
+        return "block grid transposed"
+    ne = a != e
+    if bool(ne.any()):
+        ratio = (a[ne] / e[ne]).unique()
+        if ratio.numel() == 1 and bool(is_pow2(ratio).all()):
+            return f"{int(ne.sum())} block scale(s) multiplied by {float(ratio[0]):g}"
+    return None
+
+
+@invariant("S3", "sync", "scale identity and encoding",
+           "scale bits equal; weight_scale_inv multiplies to dequantize; the representable set is kept "
+           "(power-of-two mode has integral log2, E8M0 bias and zero-block byte right, no FP32 -> UE8M0 "
+           "requantization on the way)", needs=("trainer", "rollout"),
+           source="fp8check's own")
+def s3_scales(ctx: CheckContext):
+    import torch
+    from fp8check.harness.bitview import differs
+    from fp8check.harness.formats import E8M0, is_pow2
+    from fp8check.harness.formats.zero_blocks import wrong_zero_blocks
+    out, n_checked, steps = [], 0, []
+    recipe = ctx.config.recipe
+    rhf = ctx.rollout_hf
+    ahead = ctx.screens if isinstance(ctx.screens, TrainerScreens) and ctx.screens.config is ctx.config else None
+    encodings = _ScaleEncodings(ctx, recipe, ahead)
+    zero_blocks = _zero_block_flags(ctx, recipe, ahead)
+    for n in _fp8_names(ctx):
+        sn = scale_name(n)
+        t = ctx.trainer.get(sn)
+        if t is None:
+            steps.append(unknown("S3", "trainer snapshot lacks this scale", tensor=sn))
+            continue
+        # encoding of the trainer's (and the wire's) scales under the declared recipe
+        for stage, s in (("trainer", t), ("wire", ctx.payload.get(sn) if ctx.payload is not None else None)):
+            if s is None or (stage == "wire" and not ctx.config.fp8_on_wire):
+                continue
+            if recipe.scale_format == "e8m0":
+                if s.dtype != E8M0:
+                    steps.append(fail("S3", sn, f"{stage}: E8M0 scales declared, got {s.dtype}", stage=stage))
+                else:
+                    steps.append((encodings.e8m0_nan(s), lambda out, sn=sn, stage=stage: fail(
+                        "S3", sn, f"{stage}: E8M0 NaN byte 0xFF in scales", stage=stage)))
+                continue
+
+            def non_positive(out, sn=sn, stage=stage, s=s):
+                v = s.float()
+                bad = ~(torch.isfinite(v) & (v > 0))
+                return fail("S3", sn, f"{stage}: non-positive or non-finite scale_inv", stage=stage,
+                            index=[int(i) for i in bad.nonzero()[0]], value=float(v[bad][0]))
+            steps.append((encodings.non_positive(s), non_positive))
+            if recipe.scale_format == "pow2":
+                def not_pow2(out, sn=sn, stage=stage, s=s):
+                    v = s.float()
+                    i = (~is_pow2(v)).nonzero()[0]
+                    return fail("S3", sn, f"{stage}: power-of-two scales declared, log2 not integral", stage=stage,
+                                index=[int(x) for x in i], value=float(v[tuple(i)]))
+                # judged only where every scale is finite and positive (the finding above says what is wrong)
+                steps.append((encodings.not_pow2(s), not_pow2))
+        # TE's rule for the learner's bytes; an engine quantizing online follows vLLM's (amax floored at 1e-4)
+        if n in zero_blocks:
+            def zero_block(out, sn=sn, t=t, codes=ctx.trainer[n]):
+                i = wrong_zero_blocks(codes, t, recipe.block_shape).nonzero()[0]
+                return fail("S3", sn, "all-zero block must have scale_inv 1 (TE rule: amax 0 -> scale 1)",
+                            stage="trainer", index=[int(x) for x in i], value=float(t.float()[tuple(i)]))
+            steps.append((zero_blocks[n], zero_block))
+        # the engine's declared post-load transform must keep the representable set: values unchanged
+        ek = ctx.expected_kernel(n) if n in ctx.trainer else (None, t, False)
+        if ek is None:
+            steps.append(unknown("S3", "trainer codes cannot take the engine's declared post-load transform (see S4)",
+                                 tensor=sn))
+            continue
+        e_codes, e_scale, transformed = ek
+        if transformed:
+            codes = ctx.trainer[n]
+
+            def transform_diff(codes=codes, t=t, e_codes=e_codes, e_scale=e_scale):
+                return value_diff(recipe.dequantize_weight(codes, t), recipe.dequantize_weight(e_codes, e_scale))
+            # a pure function of the trainer's tensors (shared from sync to sync) and their transform: judged once
+            ev = _TRANSFORM_DIFF.get_for(("s3-transform", recipe), (codes, t, e_codes, e_scale), transform_diff)
+            ev = copy.deepcopy(ev)
+            if ev:
+                steps.append(fail("S3", sn, f"the engine's UE8M0 requantization changes {ev['differing']} weight "
+                                  f"values: {recipe.scale_format} scales do not survive VLLM_USE_DEEP_GEMM_E8M0=1",
+                                  stage="engine", **ev))
+        # bit identity, trainer (through the declared transform) -> engine
+        r = rhf.get(sn)
+        if r is None:
+            steps.append(fail("S3", sn, "the engine holds no scale for this weight: " +
+                              ctx.rollout_hf_errors.get(sn, "not in the rollout"), stage="engine"))
+            continue
+        n_checked += 1
+
+        def engine_diff(out, sn=sn, e_scale=e_scale, r=r):
+            ev = bit_diff(e_scale, r, _evidence(out))
+            if ev:
+                why = diagnose_scale(e_scale, r) if _evidence(out) else None
+                return fail("S3", sn, why or "scale bits the sampler reads differ from the trainer's",
+                            stage="engine", **_where(ctx, sn, ev))
+        steps.append((differs(e_scale, r), engine_diff))
+        if ctx.payload is not None and ctx.config.fp8_on_wire and sn in ctx.payload and sn not in ctx.wire_verified:
+            def wire_diff(out, sn=sn, t=t, w=ctx.payload[sn]):
+                ev = bit_diff(t, w, _evidence(out))
+                if ev:
+                    why = diagnose_scale(t, w) if _evidence(out) else None
+                    return fail("S3", sn, why or "scale on the wire differs from the trainer's", stage="wire", **ev)
+            steps.append((differs(t, ctx.payload[sn]), wire_diff))
+    screened(steps, out)
+    if not out:
+        if not n_checked:
+            return [unknown("S3", "nothing to check: no FP8 scale in both the trainer and the rollout snapshot")]
+        return [passed("S3", f"{n_checked} scale tensors bit-identical and well-encoded ({recipe.scale_format})")]
+    return _cap("S3", out)
+
+
+# -- S4 -----------------------------------------------------------------------------------------------------------
+def diagnose_layout(ctx: CheckContext, name: str, expected: torch.Tensor, actual: torch.Tensor) -> str | None:
+    import torch
+    if expected.dim() == 2 and expected.shape[0] == expected.shape[1] and torch.equal(actual, expected.t()):
+        return "transposed"
+    for t in ctx.config.spec.tensors():           # only same-shape tensors can have been swapped in
+        if t.name != name and tuple(t.shape) == tuple(expected.shape):
+            oe = ctx.trainer_value(t.name)
+            if oe is not None and torch.equal(oe, actual):
+                return f"holds the values of {t.name} (swapped or mis-mapped)"
+    if expected.dim() == 2 and expected.shape[0] % 128 == 0:
+        blocks_e = expected.reshape(-1, 128, expected.shape[1])
+        blocks_a = actual.reshape(-1, 128, actual.shape[1])
+        perm = []
+        for b in blocks_a:
+            hit = [i for i, e in enumerate(blocks_e) if torch.equal(b, e)]
+            perm.append(hit[0] if hit else None)
+        if None not in perm and perm != list(range(len(perm))):
+            return f"128-row blocks permuted: rollout block i holds trainer block {perm}"
+    return None
+
+
+@invariant("S4", "sync", "layout, shape and fusion",
+           "unpadded block grid [ceil(N/128), ceil(K/128)] on the wire; fused q|k|v, gate|up, TP shards and "
+           "expert ids where the kernel expects them: dequantized rollout weight == dequantized trainer weight "
+           "in checkpoint coordinates", needs=("trainer", "rollout"),
+           source="fp8check's own")
+def s4_layout(ctx: CheckContext):
+    from fp8check.harness.formats import E8M0
+    out, n_checked = [], 0
+    cfg, recipe = ctx.config, ctx.config.recipe
+    # wire shapes: weights as in the checkpoint, scales on the unpadded grid
+    if ctx.payload is not None:
+        hf_shapes = cfg.layout.hf_shapes
+        for r in ctx.payload.meta.records:
+            n, shp = r.name, tuple(r.shape)
+            if is_scale_name(n):
+                w = weight_of_scale(n)
+                if w in hf_shapes and shp != recipe.scale_grid(hf_shapes[w]):
+                    out.append(fail("S4", n, f"scale grid {list(shp)} on the wire, expected the unpadded "
+                                             f"{list(recipe.scale_grid(hf_shapes[w]))}", stage="wire"))
+            elif n in hf_shapes and shp != tuple(hf_shapes[n]):
+                out.append(fail("S4", n, f"shape {list(shp)} on the wire, checkpoint shape is {list(hf_shapes[n])}",
+                                stage="wire"))
+    # engine shapes per rank
+    for k in ctx.rollout.names():
+        rank, n = split_rank_name(k)
+        want = cfg.layout.vllm_param_shapes(rank).get(n) if rank < cfg.rollout.tp_size else None
+        shape = ctx.rollout.describe(k)[0]
+        if want is not None and tuple(shape) != tuple(want):
+            out.append(fail("S4", k, f"engine parameter shape {list(shape)}, layout expects "
+                                     f"{list(want)}", stage="engine"))
+    # values in checkpoint coordinates: identical bits are identical values (screened at once, no dequantization);
+    # the others are dequantized and compared
+    from fp8check.harness.bitview import any_of, differs
+    rhf, steps = ctx.rollout_hf, []
+    for spec in cfg.spec.tensors():
+        n = spec.name
+        if n not in ctx.trainer:
+            continue
+        r = rhf.get(n)
+        if r is None:
+            steps.append(fail("S4", n, "not in the rollout in checkpoint coordinates: " +
+                              ctx.rollout_hf_errors.get(n, "missing"), stage="engine"))
+            continue
+        sn = scale_name(n)
+        if n not in cfg.fp8_tensors:
+            scale_differs = False
+        elif sn in ctx.trainer and sn in rhf:
+            scale_differs = differs(ctx.trainer[sn], rhf[sn])
+        else:
+            scale_differs = True
+        n_checked += 1
+
+        def values(out, n=n, r=r):
+            try:
+                er = cfg.engine_recipe              # the engine's grid (per tensor on an online per-tensor engine)
+                e = ctx.trainer_value(n) if n in cfg.fp8_tensors else ctx.trainer[n]
+                if n in cfg.engine_fp8_tensors:
+                    a = er.dequantize_weight(r, rhf[scale_name(n)].to(er.scale_dtype)
+                                             if er.scale_dtype == E8M0 else rhf[scale_name(n)].float())
+                else:
+                    a = r                           # compared as fp32 chunk by chunk (value_diff)
+            except (KeyError, ValueError, RuntimeError, IndexError) as ex:
+                return fail("S4", n, f"cannot dequantize in checkpoint coordinates: {ex}", stage="engine")
+            if e is None:
+                return unknown("S4", "the trainer's tensor cannot be dequantized (wrong shape or dtype)", tensor=n)
+            ev = value_diff(e, a, _evidence(out))
+            if ev:
+                why = diagnose_layout(ctx, n, e.float(), a.float()) if _evidence(out) else None
+                return fail("S4", n, "dequantized rollout weight differs from the trainer's" +
+                            (f": {why}" if why else ""), stage="engine", **_where(ctx, n, ev))
+        steps.append((any_of(differs(ctx.trainer[n], r), scale_differs), values))
+    screened(steps, out)
+    if not out:
+        if not n_checked:
+            return [unknown("S4", "nothing to check: no tensor in both the trainer and the rollout snapshot")]
+        return [passed("S4", f"{n_checked} tensors equal in checkpoint coordinates")]
+    return _cap("S4", out)
+
+
+# -- S5 -----------------------------------------------------------------------------------------------------------
+def _engine_holds(ctx: CheckContext, name: str) -> str | None:
+    """What the engine's module for checkpoint tensor `name` runs in, from the engine's own record ("FP8" or
+    "BF16"); None where the record does not say. A wire finding names it: "sent bfloat16; the engine holds FP8"
+    is the root of the S2/S4 failures that follow on the engine side."""
+    meta = ctx.rollout.meta if ctx.rollout is not None else None
+    if meta is None or meta.fp8_modules is None:
+        return None
+    mods = {engine_module(p.dst) for p in ctx.config.layout.vllm[0] if p.src == name}
+    return ("FP8" if mods & set(meta.fp8_modules) else "BF16") if mods else None
+
+
+def _dtype(s: str) -> str:
+    return s.removeprefix("torch.")
+
+
+@invariant("S5", "sync", "dtypes",
+           "float8_e4m3fn where FP8 is declared (not e5m2, not fnuz), fp32 / e8m0 scales as declared, BF16 "
+           "exactly where high precision is declared; no silent BF16 fallback; every tensor arrives with the "
+           "dtype it was sent with", needs=("rollout",),
+           source="fp8check's own")
+def s5_dtypes(ctx: CheckContext):
+    from fp8check.harness.sync.payload import expected_wire
+    out = []
+    cfg = ctx.config
+    want = {n: _dtype(str(dt)) for n, (_, dt) in expected_wire(cfg).items()}
+    if ctx.payload is not None:
+        for r in ctx.payload.meta.records:
+            n = r.name
+            if n in want and _dtype(r.dtype) != want[n]:
+                held = _engine_holds(ctx, n)
+                out.append(fail("S5", n, f"sent {_dtype(r.dtype)}, declared {want[n]}"
+                                         + (f"; the engine holds {held}" if held else ""), stage="wire",
+                                expected=want[n], actual=r.dtype))
+            if n in ctx.payload and _dtype(str(ctx.payload[n].dtype)) != _dtype(r.dtype):
+                out.append(fail("S5", n, f"manifest says {r.dtype}, bytes arrived as {ctx.payload[n].dtype}",
+                                stage="transport"))
+    if ctx.trainer is not None:
+        for n, dt in want.items():
+            if cfg.fp8_on_wire and n in ctx.trainer and _dtype(str(ctx.trainer[n].dtype)) != dt:
+                out.append(fail("S5", n, f"trainer holds {ctx.trainer[n].dtype}, declared {dt}", stage="trainer"))
+    fp8_params = cfg.layout.fp8_vllm
+    known = _layout_params(ctx)
+    for k in ctx.rollout.names():
+        if k not in known:
+            continue                    # S1 reports tensors the layout does not know
+        _, n = split_rank_name(k)
+        if is_scale_name(n):
+            exp = _dtype(str(cfg.engine_recipe.scale_dtype)) if weight_of_scale(n) in fp8_params else None
+        else:
+            exp = _dtype(str(cfg.engine_recipe.fp8_dtype)) if n in fp8_params else "bfloat16"
+        got = _dtype(str(ctx.rollout.describe(k)[1]))
+        if exp is None:
+            out.append(fail("S5", k, "engine holds a scale for a tensor declared high precision", stage="engine",
+                            actual=got))
+        elif got != exp:
+            out.append(fail("S5", k, f"engine holds {got}, declared {exp}", stage="engine", expected=exp, actual=got))
+    return _cap("S5", out) if out else [passed("S5", "all dtypes as declared")]
+
+
+# -- S6 -----------------------------------------------------------------------------------------------------------
+def expected_fp8_modules(cfg) -> set[str]:
+    return {engine_module(p.dst) for p in cfg.layout.vllm[0] if p.src in cfg.engine_fp8_tensors}
+
+
+@invariant("S6", "sync", "exclusion agreement",
+           "the high-precision set is identical in the trainer, on the wire and in the engine's ignored_layers "
+           "(exact names; fused shards share one scheme), all derived from the one config", needs=("rollout",),
+           source="fp8check's own")
+def s6_exclusion(ctx: CheckContext):
+    from fp8check.harness.sync.payload import ROLE_FP8, ROLE_HP
+    out = []
+    cfg = ctx.config
+    from fp8check.harness.record import ENGINE_RULE
+    if ctx.trainer is not None and getattr(ctx.trainer.meta, "engine", None) != ENGINE_RULE:
+        # (a reference made by an online engine's own rule holds the engine's FP8 set: nothing of the learner's)
+        t_fp8 = {n for n in ctx.trainer.names() if not is_scale_name(n)
+                 and ctx.trainer[n].element_size() == 1 and ctx.trainer[n].is_floating_point()}
+        for n in sorted(t_fp8 - cfg.trainer_fp8_tensors):
+            out.append(fail("S6", n, "trainer quantizes a tensor the config keeps in high precision", stage="trainer"))
+        for n in sorted(cfg.trainer_fp8_tensors - t_fp8):
+            if n in ctx.trainer:
+                out.append(fail("S6", n, "trainer keeps in high precision a tensor the config declares FP8",
+                                stage="trainer"))
+    if ctx.payload is not None and cfg.fp8_on_wire:
+        wire_hp = {r.name for r in ctx.payload.meta.records if r.role == ROLE_HP}
+        wire_fp8 = {r.name for r in ctx.payload.meta.records if r.role == ROLE_FP8}
+        for n in sorted(wire_hp & cfg.fp8_tensors):
+            held = _engine_holds(ctx, n)
+            out.append(fail("S6", n, "sent as high precision, config declares FP8"
+                                     + (f"; the engine holds {held}" if held else ""), stage="wire"))
+        sent = {r.name for r in ctx.payload.meta.records}
+        for n in sorted(wire_fp8 & cfg.high_precision):
+            what = "FP8 + scale_inv" if scale_name(n) in sent else "FP8"
+            held = _engine_holds(ctx, n)
+            out.append(fail("S6", n, f"sent as {what}, config declares high precision"
+                                     + (f"; the engine keeps {held}" if held else ""), stage="wire"))
+    meta = ctx.rollout.meta
+    if meta.ignored_layers is None or meta.fp8_modules is None:
+        out.append(unknown("S6", "the engine record has no ignored_layers / fp8_modules"))
+    else:
+        got, want = set(meta.ignored_layers), set(cfg.ignored_layers)
+        for m in sorted(want - got):
+            out.append(fail("S6", m, "missing from the engine's ignored_layers (engine quantizes it)", stage="engine"))
+        for m in sorted(got - want):
+            out.append(fail("S6", m, "in the engine's ignored_layers but FP8 in the config", stage="engine"))
+        e_fp8, c_fp8 = set(meta.fp8_modules), expected_fp8_modules(cfg)
+        for m in sorted(e_fp8 - c_fp8):
+            out.append(fail("S6", m, "engine module is FP8, config keeps it in high precision", stage="engine"))
+        for m in sorted(c_fp8 - e_fp8):
+            out.append(fail("S6", m, "engine module is high precision, config declares FP8", stage="engine"))
+    return _cap("S6", out) if out else [passed("S6", f"{len(cfg.high_precision)} high-precision tensors agree")]
+
+
+# -- S7 -----------------------------------------------------------------------------------------------------------
+@invariant("S7", "sync", "lifecycle and atomicity",
+           "post-load processing runs exactly once per complete update; parameters stay in place (same storage); "
+           "syncing the same weights twice is idempotent; every engine and rank serves one version; no "
+           "generation runs on a half-installed policy", needs=("rollout",),
+           source="fp8check's own")
+def s7_lifecycle(ctx: CheckContext):
+    out = []
+    meta = ctx.rollout.meta
+    version = meta.version
+    if version is None and ctx.trainer is not None and ctx.trainer.meta is not None:
+        version = ctx.trainer.meta.version
+    for e in meta.errors:
+        out.append(fail("S7", None, f"update did not complete: {e}"))
+    last = meta.last_update
+    if last is None:
+        out.append(unknown("S7", "no update record in the engine record (post-load counts unknown)"))
+    else:
+        pp = last.post_process
+        for mod in sorted(set(last.completed) | set(last.partial)):
+            c = pp.get(mod, pp.get(split_rank_name(mod)[1], 0))
+            if c != 1:
+                what = "skipped" if c == 0 else f"ran {c} times"
+                out.append(fail("S7", mod, f"post-load processing {what} (must run exactly once per update)",
+                                count=c))
+    if meta.storage_moved is not None:
+        for n in meta.storage_moved:
+            out.append(fail("S7", n, "parameter storage replaced: captured CUDA graphs still read the old tensor"))
+    else:
+        out.append(unknown("S7", "no storage-pointer record"))
+    vers = meta.versions
+    observed = meta.observed             # a user's own sync: versions and idempotence are not claimed
+    if vers is None or version is None:
+        if not observed:
+            out.append(unknown("S7", "no per-tensor version metadata"))
+    else:
+        for n, vs in sorted(vers.items()):
+            if list(vs) != [version]:
+                out.append(fail("S7", n, f"serves version(s) {vs}, the sync installed version {version}",
+                                versions=vs))
+    rs = meta.resync
+    if rs is None:
+        if not observed:
+            out.append(unknown("S7", "idempotence not measured (no re-sync record)"))
+    elif rs.deferred:
+        pass                            # a schedule's cheap sync: the periodic ones measure it (said below)
+    elif rs.error is not None:
+        out.append(fail("S7", None, f"re-sync of the same payload failed: {rs.error}"))
+    elif rs.changed:
+        out.append(fail("S7", rs.changed[0], f"re-syncing the same payload changed {len(rs.changed)} tensors "
+                                             "(not idempotent)", changed=rs.changed[:8]))
+    for g in meta.generations:
+        if g.during_update or len(g.versions) > 1:
+            out.append(fail("S7", None, "generation ran on a half-installed policy",
+                            event={"during_update": g.during_update, "versions": g.versions}))
+    rcv = ctx.payload.meta.receive if ctx.payload is not None and ctx.payload.meta is not None else None
+    if rcv is not None and not rcv.in_order:
+        out.append(fail("S7", None, f"buckets applied out of order: {rcv.sequence}", stage="transport"))
+    if rcv is not None and rcv.expected_buckets is not None and len(set(rcv.sequence)) != rcv.expected_buckets:
+        out.append(fail("S7", None, f"update incomplete: {len(set(rcv.sequence))} of "
+                                    f"{rcv.expected_buckets} buckets", stage="transport"))
+    if not out:
+        if observed:
+            return [passed("S7", "observed sync: post-load once per processed layer, storage in place, no generation "
+                                 "mid-update (versions and idempotence belong to a sync fp8check carries)")]
+        if rs is not None and rs.deferred:
+            return [passed("S7", "one complete, in-place update; one version everywhere (idempotence: measured on "
+                                 "the schedule's periodic syncs, not this one)")]
+        return [passed("S7", "one complete, in-place, idempotent update; one version everywhere")]
+    return _cap("S7", out)
