@@ -21,7 +21,7 @@ The one road
                           WORKER_EXTENSION (harness.integrations)
     watch                 instrument such an engine once after start-up (post-load counts, storage moves)
 The catalog
-    run_catalog, CheckContext, Finding, CATALOG (the invariants), PASS / FAIL / UNKNOWN
+    run_catalog, CheckContext, Finding, CATALOG (the invariants), Verdict (PASS / FAIL / UNKNOWN)
 Engines
     register_engine, make_engine, ENGINES, Remote (any engine as a Ray actor or in process), WORKER_EXTENSION
 Faults
@@ -58,6 +58,7 @@ _EXPORTS = {
     "PASS": ("fp8check.invariants", "PASS"),
     "FAIL": ("fp8check.invariants", "FAIL"),
     "UNKNOWN": ("fp8check.invariants", "UNKNOWN"),
+    "Verdict": ("fp8check.invariants", "Verdict"),
     "register_engine": ("fp8check.harness.engines.registry", "register_engine"),
     "make_engine": ("fp8check.harness.engines.registry", "make_engine"),
     "ENGINES": ("fp8check.harness.engines.registry", "ENGINES"),

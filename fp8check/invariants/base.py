@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from typing import Callable, Iterable
 
@@ -16,7 +17,16 @@ from fp8check.harness.layouts import is_scale_name, rank_name, scale_name, weigh
 from fp8check.harness.memo import IdentityMemo
 from fp8check.harness.snapshot import Snapshot
 
-PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+
+
+class Verdict(StrEnum):
+    """A finding's validity. A StrEnum: it compares, formats and serialises as its value ("pass", ...)."""
+    PASS = "pass"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+
+PASS, FAIL, UNKNOWN = Verdict.PASS, Verdict.FAIL, Verdict.UNKNOWN
 # the trainer's dequantized FP8 weights by the identity (and version) of its codes and scales; a few tiny models'
 # worth: at real shapes it holds a few tensors
 TRAINER_VALUES = IdentityMemo(128 << 20)
