@@ -160,7 +160,7 @@ def run(args) -> int:
                 f"{job.config.recipe.name}, {job.config.sync_mode} sync, {job.config.gpu_arch}, model {job.config.model}",
                 soft_wrap=True)
         for k, (src, val) in job.sources.items():
-            c.print(f"  [dim]{k:24s} <- {escape(str(src))} = {escape(str(val))}[/]")
+            c.print(f"  [dim]{k:24s} <- {escape(str(src))} = {escape(str(val))}[/]", soft_wrap=True)
         order = {"error": 0, "warning": 1, "ok": 2}
         for ln in sorted(lines, key=lambda x: order[x.level]):
             if ln.level == "ok" and not args.verbose and not ln.rule.startswith("PROBE"):

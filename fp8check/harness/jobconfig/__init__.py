@@ -352,6 +352,12 @@ def _sync_config(r: stacks.Reader, model_name: str) -> SyncConfig:
         quantization = "none"
     elif job.stack == "skyrl" and fmt and f["sync"].value == "naive":
         quantization = "online-per-tensor"
+    elif job.stack == "nemo-rl" and fmt == "blockwise":
+        # a block-FP8 checkpoint engine whose load_weights quantizes each BF16 tensor of the refit
+        quantization = "nemo-rl-blockwise"
+        job.sources["rollout.quantization"] = (f["rollout_format"].key, "nemo-rl-blockwise (NeMo RL's load_weights "
+                                               "quantizes each BF16 tensor: cast_tensor_to_fp8_blockwise, "
+                                               "quantization/fp8.py:476-620)")
     precision = "fp8"
     if quantization != "checkpoint":      # (a checkpoint engine installs FP8 bytes: some sender made them)
         precision = ("fp8-delayed" if f["recipe"].value == "delayed" else "fp8") if fp8_trainer else "bf16"

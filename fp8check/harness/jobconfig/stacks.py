@@ -12,8 +12,9 @@ quantization_config forced (inference_servers/utils.py:67-120).
 verl (1dda039b): rollout.quantization=fp8 -> a 128x128 block config with `model.layers.N.mlp.gate` ignored for every
 layer, BF16 sent and re-quantized in the rollout worker (vllm_async_server.py:1065-1096, vllm_quant_utils.py); no
 variable is set or pinned by verl.
-NeMo RL (7ea279ab): vllm_cfg.precision=fp8 -> FP8 generation, blockwise or ModelOpt MXFP8 (is_mx), BF16 re-quantized
-in the vLLM worker (quantization/fp8.py:190-310, load_weights); `use_deep_gemm: true` (non-MX) sets
+NeMo RL (7ea279ab): vllm_cfg.precision=fp8 -> FP8 generation, blockwise or ModelOpt MXFP8 (is_mx): a block-FP8
+checkpoint engine whose load_weights re-quantizes the BF16 refit tensor by tensor (quantization/fp8.py:190-310,
+476-620: rollout.quantization=nemo-rl-blockwise, harness.numerics.nemo_rl); `use_deep_gemm: true` (non-MX) sets
 VLLM_USE_DEEP_GEMM=1 and VLLM_USE_DEEP_GEMM_E8M0=0 in the vLLM worker (fp8.py:240-242); megatron_cfg.env_vars and
 vllm_cfg.env_vars reach their workers over the driver's environment (distributed/worker_groups.py:452-455,
 generation/vllm/vllm_generation.py:213-218).
@@ -235,8 +236,8 @@ def read_rollout_nemo(r: Reader):
     r.fact("engine_quantization", "fp8" if fp8 else None, pk,
            "vllm_cfg.precision=fp8 -> quantization=fp8 (quantization/fp8.py:306-310)" if fp8 else None)
     r.fact("rollout_format", ("mxfp8" if mx else "blockwise") if fp8 else None, NEMO_VLLM + "is_mx" if mx else pk)
-    r.fact("sync", "naive", pk, "NeMo RL re-quantizes every FP8-built weight on arrival in the vLLM worker "
-                                "(quantization/fp8.py load_weights, cast_tensor_to_fp8_blockwise)")
+    r.fact("sync", "naive", pk, "NeMo RL sends BF16 and its load_weights re-quantizes every FP8-built weight "
+                                "in the vLLM worker (quantization/fp8.py:476-620, cast_tensor_to_fp8_blockwise)")
     kk = NEMO_VLLM + "kv_cache_dtype"
     r.fact("kv_cache_dtype", r.val(kk), kk)
     lk = NEMO_VLLM + "load_format"
