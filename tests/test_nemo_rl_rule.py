@@ -166,6 +166,9 @@ def test_fp8_sent_into_a_nemo_rl_engine_is_quantized_again():
         pass
     first = fails(check_sync(eng, wire, cfg, on_fail="return", version=1))[0]
     assert (first.invariant_id, first.tensor) == ("S5", n)
+    held = eng.kernel_tensors()["model.layers.0.self_attn.o_proj.weight"]
+    again, _ = cast_to_fp8_blockwise(q.float())              # the codes, read as values, quantized again
+    assert torch.equal(held.view(torch.uint8), again.view(torch.uint8))
 
 
 def test_nemo_rl_blockwise_needs_a_block_recipe():
