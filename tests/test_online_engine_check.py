@@ -1,5 +1,5 @@
 """check_sync on an engine that quantizes BF16 itself with vLLM's `fp8_per_block` (config
-rollout.quantization=online-per-block, what verl and NeMo RL ship for BF16 training + FP8 rollout): the engine is
+rollout.quantization=online-per-block, vLLM's online block method for BF16 training + FP8 rollout): the engine is
 judged against vLLM's per-block rule applied to what was sent (harness.numerics.online.online_engine_state_hf:
 each fused parameter quantized whole), with the CPU reference engine in its online mode as the engine."""
 from dataclasses import replace

@@ -172,7 +172,7 @@ def test_explain_config_rule_names_the_variables_it_read(capsys):
 def test_explain_text_output(capsys):
     rc, out, _ = explain(capsys, "--explain", "n1", "examples/nemo_rl_fp8_generation.yaml", "--gpu", "sm90",
                          "--set", "loss_fn.use_importance_sampling_correction=false", *CLEAN_ENV)
-    assert rc == 0 and "verdict on examples/nemo_rl_fp8_generation.yaml (nemo-rl): fail" in out
+    assert rc == 0 and "verdict on examples/nemo_rl_fp8_generation.yaml (nemo-rl, judged against NeMo RL @7ea279ab): fail" in out
     assert "loss_fn.use_importance_sampling_correction = False  <- --set" in out
 
 

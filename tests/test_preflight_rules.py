@@ -90,6 +90,10 @@ TABLE = {
     "K24": (case(SKB, env=SKB_ENV + ["SKYRL_MX_CAST_BACKEND=te"], gpu="sm100"),
             case(SKB, env=SKB_ENV + ["SKYRL_MX_CAST_BACKEND=te"], gpu="sm90", sets=MX)),
     "X6": (case(), case(sets=[QC + "ignored_layers=[model.layers.0.mlp.gate]"])),
+    "K25": (case(sets=["trainer.mtp.enabled=true"], env=["SKYRL_DISABLE_SPEC=1"]),
+            case(sets=["trainer.mtp.enabled=true"])),
+    "K26": (case(gpu="auto", gpu_seen="none", env=["NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1"]),
+            case(gpu="auto", gpu_seen="none")),
     # -- verl ------------------------------------------------------------------------------------------------------
     "V1": (case(VE), case(VE, sets=[VR + "quantization=int8"])),
     "V2": (case(VE), case(VE, sets=["actor_rollout_ref.model.path=tiny-hybrid"])),
@@ -127,7 +131,7 @@ TABLE = {
                                        f"{NF}fp8_param=true"]),
            case(NE, gpu="sm100", sets=[f"{NF}enabled=true", f"{NF}fp8=e4m3", f"{NF}fp8_recipe=mxfp8",
                                        f"{NF}fp8_param=true", NM + "distributed_data_parallel_config.overlap_grad_reduce=false"])),
-    "E7": (case(), case(env=["NVTE_FP8_BLOCK_AMAX_EPSILON=1e-4"])),
+    "E7": (case(VE), case(VE, env=["NVTE_FP8_BLOCK_AMAX_EPSILON=1e-4"])),     # SkyRL jobs: K2 names it
     "E8": (case(), case(sets=[EIK + "kv_cache_dtype=fp8"])),
     # -- config rules over the SyncConfig the job resolves to -------------------------------------------------------
     "C2": (case(), case(env=["VLLM_USE_DEEP_GEMM_E8M0=1"])),
@@ -162,7 +166,7 @@ def clean_env(monkeypatch):
     """The FP8 variables of this machine's environment must not leak into the verdicts."""
     import os
     for k in list(os.environ):
-        if k.startswith(ENV_PREFIXES) or k in ("NVTE_BACKWARD_OVERRIDE", "SKYRL_MX_CAST_BACKEND"):
+        if k.startswith(ENV_PREFIXES) or k in ("NVTE_BACKWARD_OVERRIDE", "SKYRL_MX_CAST_BACKEND", "SKYRL_DISABLE_SPEC"):
             monkeypatch.delenv(k)
     return monkeypatch
 

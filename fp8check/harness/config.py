@@ -17,10 +17,13 @@ SYNC_MODES = ("onpolicy", "naive")
 _LAYOUTS: dict = {}      # SyncConfig.layout's memo: (its arguments) -> (the spec, the map)
 INSTALL_PATHS = ("reload", "load_weights")
 # how the engine gets its FP8 weights: a block-FP8 checkpoint it is synced into as-is; BF16 it quantizes itself,
-# with vLLM's `fp8_per_block` (per_block_cast_to_fp8, 128x128; what verl and NeMo RL ship for BF16 training) or
-# vLLM's `fp8` (one dynamic scale per fused parameter; TRL's and SkyRL's naive FP8 rollout); or none (the engine
-# serves BF16: an FP8 learner's BF16 sampler)
-ENGINE_QUANTIZATION = ("checkpoint", "online-per-block", "online-per-tensor", "none")
+# with vLLM's `fp8_per_block` (per_block_cast_to_fp8, 128x128, each fused parameter whole) or vLLM's `fp8` (one
+# dynamic scale per fused parameter; TRL's and SkyRL's naive FP8 rollout), or -- a block-FP8 checkpoint engine
+# whose load path quantizes each BF16 checkpoint tensor of a refit -- NeMo RL's FP8 generation
+# (harness.numerics.nemo_rl); or none (the engine serves BF16: an FP8 learner's BF16 sampler)
+ENGINE_QUANTIZATION = ("checkpoint", "online-per-block", "online-per-tensor", "nemo-rl-blockwise", "none")
+# the engine is started from a block-FP8 checkpoint config (quantization_config with ignored_layers)
+CHECKPOINT_FORMAT_ENGINES = ("checkpoint", "nemo-rl-blockwise")
 # fp8: the learner's GEMMs run the recipe; fp8-delayed: Transformer Engine's per-tensor delayed scaling (amax
 # history, Megatron-Core's `fp8_recipe="delayed"`: the seeds' naive trainer); bf16: no FP8 in the learner
 TRAINER_PRECISIONS = ("fp8", "fp8-delayed", "bf16")
@@ -129,6 +132,12 @@ class SyncConfig:
                 or self.recipe.scale_format != "fp32"):
             raise ConfigError(f"rollout.quantization=online-per-block quantizes 128x128 blocks with FP32 scales; "
                               f"recipe {self.recipe.name!r} is not that (use blockwise-fp32)")
+        if self.rollout.quantization == "nemo-rl-blockwise" and (
+                self.recipe.granularity != "block" or tuple(self.recipe.block_shape) != (128, 128)
+                or self.recipe.amax_epsilon != 0):
+            raise ConfigError(f"rollout.quantization=nemo-rl-blockwise quantizes 128x128 blocks, FP32 or power-of-two "
+                              f"scales, no amax floor; recipe {self.recipe.name!r} is not that (use blockwise-fp32 "
+                              f"or blockwise-pow2)")
         if self.trainer.precision not in TRAINER_PRECISIONS:
             raise ConfigError(f"trainer.precision: {self.trainer.precision!r} is not one of {TRAINER_PRECISIONS}")
         if self.rollout.quantization == "checkpoint" and self.recipe.granularity == "tensor":
@@ -172,8 +181,15 @@ class SyncConfig:
 
     @property
     def engine_online(self) -> bool:
-        """The engine runs one of vLLM's online methods: it is handed BF16 and quantizes it itself."""
-        return self.rollout.quantization.startswith("online-")
+        """The engine is handed BF16 and quantizes it itself by a declared rule: one of vLLM's online methods, or
+        NeMo RL's load path (`engine_quantizes_on_load`). What it must hold is its rule over what it was sent."""
+        return self.rollout.quantization.startswith("online-") or self.engine_quantizes_on_load
+
+    @property
+    def engine_quantizes_on_load(self) -> bool:
+        """The engine quantizes each checkpoint tensor as it arrives, before vLLM's loaders fuse it, and holds the
+        result as a block-FP8 checkpoint engine does (NeMo RL's `load_weights`: harness.numerics.nemo_rl)."""
+        return self.rollout.quantization == "nemo-rl-blockwise"
 
     @property
     def engine_quantizes(self) -> bool:
@@ -214,6 +230,8 @@ class SyncConfig:
         q = self.rollout.quantization
         if q == "none":
             return frozenset()
+        if self.engine_quantizes_on_load:           # a checkpoint engine: its ignored_layers are the exclusion set
+            return self.fp8_tensors
         if self.engine_online:
             out = {t.name for t in self.spec.tensors() if t.kind == LINEAR
                    and not matches_any(t.module, self.spec.engine_high_precision)}
@@ -277,7 +295,7 @@ class SyncConfig:
     def ignored_layers(self) -> tuple[str, ...]:
         """vLLM `quantization_config.ignored_layers`: HF module names of GEMMs kept high precision (a checkpoint
         engine's; an engine that quantizes online or serves BF16 is started with none)."""
-        if self.rollout.quantization != "checkpoint":
+        if self.rollout.quantization not in CHECKPOINT_FORMAT_ENGINES:
             return ()
         return tuple(sorted(t.module for t in self.spec.tensors()
                             if t.kind == LINEAR and t.name not in self.fp8_tensors))

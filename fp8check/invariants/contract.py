@@ -5,10 +5,17 @@ from __future__ import annotations
 
 from functools import partial
 
+from fp8check.harness.jobconfig.versions import skyrl_raises, skyrl_source
 from fp8check.harness.layouts import scale_name
 
 from .base import CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff, screened
+
+
+def _skyrl_says(ctx: CheckContext, condition: str) -> str:
+    """On a SkyRL job (pre-flight), where SkyRL 0.4.0 itself refuses this configuration; elsewhere nothing."""
+    job = getattr(ctx, "job", None)
+    return f" ({skyrl_raises(condition)})" if job is not None and job.stack == "skyrl" else ""
 
 
 def _arch_major(arch: str) -> int | None:
@@ -150,9 +157,9 @@ def c2_e8m0(ctx: CheckContext):
 @invariant("C3", "contract", "Blackwell needs power-of-two scales",
            "on sm100+ blockwise FP8 runs through MXFP8-style kernels: scales must be powers of two (pow2 / e8m0)",
            live=False,
-           source="SkyRL skyrl/train/utils/utils.py:946-956 (power-of-two scales are the only blockwise mode TE "
-                  "supports on SM100+: it emulates Float8BlockScaling on the MX datapath); verl issue #6172 (FP8 E2E "
-                  "with FP32 scales fails on Blackwell)",
+           source="SkyRL 0.4.0 skyrl/train/utils/utils.py:1074-1078, 1110 (power-of-two scales are the only "
+                  "blockwise mode TE supports on SM100+: it emulates Float8BlockScaling on the MX datapath); verl issue "
+                  "#6172 (FP8 E2E with FP32 scales fails on Blackwell)",
            why="On Blackwell, Transformer Engine's blockwise recipe runs with power-of-two scales whatever the "
                "variable says, and DeepGEMM there takes E8M0 scale factors only. Set "
                "NVTE_FP8_BLOCK_SCALING_FP32_SCALES=0, or use mxfp8.")
@@ -168,10 +175,10 @@ def c3_blackwell(ctx: CheckContext):
 
 @invariant("C4", "contract", "persistent FP8 parameters need FP32 block scales",
            "fp8_param (persistent FP8 weights) needs FP32 block scales and is not available with MXFP8", live=False,
-           source="SkyRL skyrl/train/utils/utils.py:952-956 (persistent fp8_param requires FP32 block scales) and "
-                  "skyrl/backends/skyrl_train/distributed/megatron/quantization_utils.py:90-97 (fp8_param refused "
-                  "with mxfp8: TE 2.11 replace_raw_data raises; Megatron's reuse_grad_buf_for_mxfp8_param_ag fallback"
-                  " zeroes freshly loaded params); NeMo RL allows mxfp8 + fp8_param (see E6)",
+           source=skyrl_source("pow2-scales-fp8-param", "mxfp8-fp8-param") + " (persistent fp8_param requires FP32 "
+                  "block scales; refused with mxfp8: TE 2.11 replace_raw_data raises; Megatron's "
+                  "reuse_grad_buf_for_mxfp8_param_ag fallback zeroes freshly loaded params); NeMo RL allows mxfp8 + "
+                  "fp8_param (see E6)",
            why="Persistent FP8 parameters are re-quantized from the FP32 master each step with FP32 block scales; "
                "with power-of-two scales, or with MXFP8 storage, the path is not available (SkyRL refuses both). Use "
                "fp8_param=false, or FP32 scales on Hopper.")
@@ -180,24 +187,24 @@ def c4_fp8_param(ctx: CheckContext):
     if not cfg.trainer.fp8_param:
         return []
     if cfg.recipe.granularity == "mxfp8":
-        return [fail("C4", None, "fp8_param is not available with the mxfp8 recipe", key="trainer.fp8_param")]
+        return [fail("C4", None, "fp8_param is not available with the mxfp8 recipe" +
+                     _skyrl_says(ctx, "mxfp8-fp8-param"), key="trainer.fp8_param")]
     if cfg.trainer_recipe.scale_format != "fp32":
-        return [fail("C4", None, "fp8_param with power-of-two block scales; set NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1",
-                     key="trainer.fp8_param")]
+        return [fail("C4", None, "fp8_param with power-of-two block scales; set NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1" +
+                     _skyrl_says(ctx, "pow2-scales-fp8-param"), key="trainer.fp8_param")]
     return []
 
 
 @invariant("C5", "contract", "MXFP8 needs sm100",
            "the mxfp8 recipe (1x32 blocks, E8M0 scales) needs Blackwell (sm100+) kernels", live=False,
-           source="SkyRL skyrl/backends/skyrl_train/distributed/megatron/quantization_utils.py:75-89 "
-                  "(validate_concrete_fp8_recipe: 'fp8_recipe=mxfp8 requires SM100+')",
+           source=skyrl_source("mxfp8-pre-blackwell") + " ('fp8_recipe=mxfp8 requires SM100+')",
            why="Transformer Engine's MXFP8BlockScaling has no kernel path below Blackwell. Use blockwise on Hopper "
                "(or fp8_recipe=auto).")
 def c5_mxfp8(ctx: CheckContext):
     cfg, major = ctx.config, _arch_major(ctx.config.arch)
     if cfg.recipe.granularity == "mxfp8" and major is not None and major < 10:
         return [fail("C5", None, f"mxfp8 on {cfg.arch}: no MXFP8 GEMMs below sm100; use blockwise-fp32 on "
-                     "Hopper", key="recipe")]
+                     "Hopper" + _skyrl_says(ctx, "mxfp8-pre-blackwell"), key="recipe")]
     return []
 
 
@@ -242,15 +249,15 @@ def c7_block(ctx: CheckContext):
 @invariant("C8", "contract", "adapter-only LoRA cannot sync serialized FP8",
            "serialized FP8 weight sync needs full-weight updates: adapter-only LoRA (merge off) must sync BF16 "
            "adapters instead", live=False,
-           source="SkyRL skyrl/train/utils/utils.py:618-623 ('FP8 weight sync requires full-weight updates; Megatron "
-                  "LoRA with merge_lora=false syncs adapters only')",
+           source=skyrl_source("unmerged-lora") + " ('FP8 weight sync requires full-weight updates; Megatron LoRA "
+                  "with merge_lora=false syncs adapters only')",
            why="Adapter-only LoRA sends BF16 adapters, not the merged FP8 weights the engine serves. Set "
                "lora_config.merge_lora=true, or turn off FP8 weight sync.")
 def c8_lora(ctx: CheckContext):
     cfg = ctx.config
     if cfg.lora_adapter_only and cfg.sync_mode == "onpolicy":
-        return [fail("C8", None, f"LoRA rank {cfg.lora_rank} with adapter-only sync and serialized FP8 weight sync",
-                     key="lora")]
+        return [fail("C8", None, f"LoRA rank {cfg.lora_rank} with adapter-only sync and serialized FP8 weight sync" +
+                     _skyrl_says(ctx, "unmerged-lora"), key="lora")]
     return []
 
 

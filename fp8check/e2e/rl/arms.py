@@ -12,8 +12,9 @@
                      them again on the recipe's blocks (`run_sync(..., naive=True)`): the case byte checks see and
                      log-probs barely do (with FP32 block scales it changes no code, only the wire).
   bf16-fp8-rollout   a BF16 learner, an engine quantizing per tensor (TRL, SkyRL/FlashRL: vLLM online FP8).
-  bf16-block-rollout a BF16 learner, an engine quantizing 128x128 blocks (verl `rollout.quantization=fp8`,
-                     NeMo RL `precision: fp8`: vLLM `fp8_per_block`).
+  bf16-block-rollout a BF16 learner, an engine quantizing 128x128 blocks with vLLM's `fp8_per_block` rule (the
+                     block rollout of verl `rollout.quantization=fp8`; NeMo RL's FP8 generation runs its own rule,
+                     `rollout.quantization=nemo-rl-blockwise`: harness.numerics.nemo_rl).
   bf16-sampler       an FP8 learner whose sampler serves the BF16 parameters (the paper's higher-precision sampler).
   other-grid         an FP8 learner (the recipe's 128x128 blocks) whose sampler quantizes per tensor: another grid.
   onpolicy-fp8       FP8 learner; each sync installs its codes and scales as they are (the default sync).
@@ -72,7 +73,7 @@ ARMS = {a.name: a for a in (
         description="BF16 learner, engine quantizes per tensor (vLLM quantization='fp8')"),
     Arm("bf16-block-rollout", trainer_precision="bf16", engine_quantization="online-per-block", **BF16_LEARNER,
         job="verl-fp8-rollout", preflight=("K6",),
-        description="BF16 learner, engine quantizes 128x128 blocks (verl, NeMo RL)"),
+        description="BF16 learner, engine quantizes 128x128 blocks (vLLM fp8_per_block; verl's block rollout)"),
     Arm("bf16-sampler", engine_quantization="none", **OFF_POLICY, job="skyrl-bf16-rollout", preflight=("K22",),
         description="FP8 learner, BF16 sampler (the engine serves the BF16 parameters)"),
     Arm("other-grid", engine_quantization="online-per-tensor", **OFF_POLICY, job="skyrl-bf16-sync",

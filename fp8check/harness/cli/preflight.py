@@ -144,7 +144,8 @@ def run(args) -> int:
     if args.probe:
         lines += probe_lines(job)
     errors = sum(1 for ln in lines if ln.level == "error")
-    summary = {"config": args.config, "stack": job.stack,
+    from ..jobconfig.versions import JUDGED
+    summary = {"config": args.config, "stack": job.stack, "judged_against": JUDGED[job.stack],
                "resolved": {k: list(v) for k, v in job.sources.items()}, "model": job.config.model,
                "recipe": job.config.recipe.name, "sync_mode": job.config.sync_mode, "gpu_arch": job.config.gpu_arch,
                "errors": errors, "warnings": sum(1 for ln in lines if ln.level == "warning")}
@@ -155,10 +156,11 @@ def run(args) -> int:
 
         from .report import STYLE, console
         c = console()
-        c.print(f"fp8check preflight {escape(args.config)} ({job.stack}): {job.config.recipe.name}, {job.config.sync_mode} "
-                f"sync, {job.config.gpu_arch}, model {job.config.model}")
+        c.print(f"fp8check preflight {escape(args.config)} ({job.stack}, judged against {escape(JUDGED[job.stack])}): "
+                f"{job.config.recipe.name}, {job.config.sync_mode} sync, {job.config.gpu_arch}, model {job.config.model}",
+                soft_wrap=True)
         for k, (src, val) in job.sources.items():
-            c.print(f"  [dim]{k:24s} <- {escape(str(src))} = {escape(str(val))}[/]")
+            c.print(f"  [dim]{k:24s} <- {escape(str(src))} = {escape(str(val))}[/]", soft_wrap=True)
         order = {"error": 0, "warning": 1, "ok": 2}
         for ln in sorted(lines, key=lambda x: order[x.level]):
             if ln.level == "ok" and not args.verbose and not ln.rule.startswith("PROBE"):
@@ -261,6 +263,8 @@ def explain(args) -> int:
         job = read_job(args)
         out["config"] = args.config
         out["stack"] = job.stack
+        from ..jobconfig.versions import JUDGED
+        out["judged_against"] = JUDGED[job.stack]
         out.update(explain_job(inv, job))
     if args.json:
         print(json.dumps(out, indent=1, default=str))
@@ -273,7 +277,7 @@ def explain(args) -> int:
     p(f"source:    {inv.source or '-'}")
     p(f"why:       {inv.why or '-'}")
     if args.config:
-        p(f"verdict on {args.config} ({job.stack}): {out['verdict']}")
+        p(f"verdict on {args.config} ({job.stack}, judged against {out['judged_against']}): {out['verdict']}")
         for f in out["findings"]:
             v = "" if f["value"] is None else f" = {f['value']}"
             p(f"  {f['verdict']:7s} {f['key']}{v}: {f['message']}" + (f"  fix: {f['fix']}" if f["fix"] else ""))

@@ -1,6 +1,7 @@
 """vLLM 0.26 as a rollout engine (the protocol in harness.engines.protocol), serving a model as the config's
 `rollout.quantization` says: a block-FP8 checkpoint (`checkpoint`), a BF16 checkpoint it quantizes itself
-(`online-per-tensor`: `quantization="fp8"`; `online-per-block`: `"fp8_per_block"`), or BF16 (`none`).
+(`online-per-tensor`: `quantization="fp8"`; `online-per-block`: `"fp8_per_block"`), a block-FP8 checkpoint whose
+load path quantizes each BF16 tensor by NeMo RL's rule (`nemo-rl-blockwise`), or BF16 (`none`).
 
 The engine starts from dummy weights with `quantization_config` from the SyncConfig (block shape, exclusion set
 as `ignored_layers`; none for the other three) and fp8check's worker extension (harness.engines.vllm_extension:
@@ -22,7 +23,7 @@ from copy import copy
 
 import torch
 
-from ..config import ENGINE_QUANTIZATION, SyncConfig
+from ..config import CHECKPOINT_FORMAT_ENGINES, ENGINE_QUANTIZATION, SyncConfig
 from ..layouts import engine_module, rank_name, weight_of_scale
 from ..numerics.settings import read_settings
 from ..record import EngineRecord, Generation, KVScale, Outputs, ServingState, UpdateRecord, WakeEvent
@@ -84,7 +85,7 @@ def write_model_dir(config: SyncConfig, path: str, ignored_layers=None) -> str:
     checkpoint's `quantization_config`; none for an engine that quantizes BF16 itself or serves it: start that
     one with `quantization=VLLM_ONLINE_QUANTIZATION[config.rollout.quantization]`)."""
     os.makedirs(path, exist_ok=True)
-    q = config.vllm_quantization_config() if config.rollout.quantization == "checkpoint" else None
+    q = config.vllm_quantization_config() if config.rollout.quantization in CHECKPOINT_FORMAT_ENGINES else None
     if ignored_layers is not None and q is not None:
         q["ignored_layers"] = list(ignored_layers)
     with open(os.path.join(path, "config.json"), "w") as f:
@@ -199,7 +200,7 @@ class VLLMEngine:
 
     def install(self, items, version: int | None = None, *, direct: bool = False, knobs: dict | None = None):
         """items: (name, host tensor, version). Returns the update record; EngineError if vLLM refused."""
-        items = list(items)
+        items = self._on_load(items)
         knobs = dict(knobs or {})
         unknown = set(knobs) - self.knobs
         if unknown:
@@ -218,6 +219,16 @@ class VLLMEngine:
             self._close_update(rec, items)
         self._after_update(knobs)
         return rec
+
+    def _on_load(self, items) -> list:
+        """The items as the engine's load path makes them: as they are, or on an engine that quantizes on load
+        (rollout.quantization=nemo-rl-blockwise) NeMo RL's `load_weights` -- here, in the caller's process, before
+        the items cross to the workers; the workers then load a block-FP8 checkpoint as NeMo's patched load does."""
+        if not self.config.engine_quantizes_on_load:
+            return list(items)
+        from ..numerics.nemo_rl import load_weights
+        fp8 = self.config.engine_fp8_tensors
+        return list(load_weights(items, fp8, self.config.engine_recipe))
 
     def _begin_update(self, version: int | None, repeats: int = 1) -> UpdateRecord:
         """One update begins: refused while asleep, the post-load counters reset, a fresh record."""
@@ -269,7 +280,7 @@ class VLLMEngine:
     def load_bucket(self, items):
         if self._open is None:
             raise EngineError("load_bucket outside an update (call start_update first)")
-        items = list(items)
+        items = self._on_load(items)
         rec, loaded = self._open
         try:
             self.rpc("fp8check_load_bucket", self._wire(items))

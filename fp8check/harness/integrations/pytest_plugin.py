@@ -85,7 +85,10 @@ class SyncChecker:
     padded stored layout (`Float8BlockwiseQTensor._rowwise_scale_inv`), fp32 masters -- so the user's name
     mapping, de-interleaving and un-padding are under test. Each `load(bucket)` call is one bucket of one update,
     delivered as vLLM 0.26's weight transfer receives it (`start_weight_update`, `update_weights` per bucket,
-    `finish_weight_update`): a layer is processed when its last element arrives."""
+    `finish_weight_update`): a layer is processed when its last element arrives. On an engine that quantizes the
+    BF16 it is handed (`rollout.quantization` online-per-block / online-per-tensor / nemo-rl-blockwise) the engine
+    is judged against its own rule over the learner's BF16 masters (`online_engine_state_hf`), as `check_sync`
+    judges one."""
 
     def __init__(self, config, trainer, engine):
         self.config, self.trainer, self.engine = config, trainer, engine
@@ -113,8 +116,16 @@ class SyncChecker:
         from fp8check.harness.sync.pipeline import payload_snapshot
         from fp8check.invariants import CheckContext
         cfg, version, eng = self.config, self.trainer.record().version, self.engine
-        expected = self.trainer.export_hf()
         weights, masters = self.inputs(names)
+        if cfg.engine_online:
+            # an engine that quantizes the BF16 it is handed: what it must hold is its own rule over a correct
+            # BF16 sync of the learner's masters, as check_sync judges it
+            from fp8check.harness.numerics.online import online_engine_state_hf
+            from fp8check.harness.record import ENGINE_RULE, TrainerRecord
+            expected = online_engine_state_hf(cfg, self.inputs("hf")[1])
+            reference = TrainerRecord(ENGINE_RULE, version)
+        else:
+            expected, reference = self.trainer.export_hf(), self.trainer.record()
         bucketed = callable(getattr(eng, "start_update", None))
         sent, errors, refused = [], [], []
 
@@ -153,7 +164,7 @@ class SyncChecker:
             record.resync = Resync(sorted(n for n, t in got.tensors.items() if not FullRead.same(t, after.get(n))))
         record.version, record.errors, record.poisoned = version, errors, True
         ctx = CheckContext(cfg, payload_snapshot(payload_from_items(cfg, sent, version)),
-                           Snapshot("trainer", expected, self.trainer.record()),
+                           Snapshot("trainer", expected, reference),
                            Snapshot("rollout", got.tensors, record))
         findings = root_first(run_state_checks(ctx, ids or None))
         if any(f.verdict == "fail" for f in findings):

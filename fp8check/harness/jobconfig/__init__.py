@@ -3,10 +3,10 @@
 each stack resolves it, into the one SyncConfig the checks read -- with the provenance of every value, so a failed
 rule can name the key or variable to change and `fp8check preflight --explain` can say where each value came from.
 
-SkyRL (skyrl/train/config/config.py, FP8 sync PRs #1898 / #2072): trainer.{policy,ref}.megatron_config.{fp8,
+SkyRL 0.4.0 (skyrl/train/config/config.py, FP8 sync PRs #1898 / #2072): trainer.{policy,ref}.megatron_config.{fp8,
 fp8_recipe, fp8_param} (or the same under transformer_config_kwargs, which win), ddp_config.fp8_param_gather, parallel
-sizes, lora; generator.inference_engine.{fp8_weight_sync_mode, tensor_parallel_size, weight_sync_backend,
-engine_init_kwargs.*}.
+sizes, lora, trainer.mtp.enabled; generator.inference_engine.{fp8_weight_sync_mode, tensor_parallel_size,
+weight_sync_backend, speculative_config, engine_init_kwargs.*}.
 verl: actor_rollout_ref.actor.megatron.override_transformer_config.{fp8, fp8_recipe, fp8_param},
 actor_rollout_ref.rollout.{name, quantization, tensor_model_parallel_size, engine_kwargs.vllm.*},
 actor_rollout_ref.model.{path, lora_rank}, algorithm.rollout_correction.rollout_is, ray_kwargs.ray_init.runtime_env.
@@ -15,7 +15,8 @@ quantization_ignored_layer_kws, env_vars, ...}, policy.megatron_cfg.{fp8_cfg.*, 
 distributed_data_parallel_config.*}, policy.model_name, loss_fn.use_importance_sampling_correction.
 fp8check's own keys (exclude, packing, amax_epsilon, model, seed) go under `fp8check.`.
 The key lists are harness/jobconfig/keys.py; each stack's defaults harness/jobconfig/defaults.py; the per-stack
-resolution harness/jobconfig/stacks.py.
+resolution harness/jobconfig/stacks.py; the version of each stack judged, and where SkyRL 0.4.0 refuses an FP8
+configuration, harness/jobconfig/versions.py.
 """
 from __future__ import annotations
 
@@ -351,6 +352,12 @@ def _sync_config(r: stacks.Reader, model_name: str) -> SyncConfig:
         quantization = "none"
     elif job.stack == "skyrl" and fmt and f["sync"].value == "naive":
         quantization = "online-per-tensor"
+    elif job.stack == "nemo-rl" and fmt == "blockwise":
+        # a block-FP8 checkpoint engine whose load_weights quantizes each BF16 tensor of the refit
+        quantization = "nemo-rl-blockwise"
+        job.sources["rollout.quantization"] = (f["rollout_format"].key, "nemo-rl-blockwise (NeMo RL's load_weights "
+                                               "quantizes each BF16 tensor: cast_tensor_to_fp8_blockwise, "
+                                               "quantization/fp8.py:476-620)")
     precision = "fp8"
     if quantization != "checkpoint":      # (a checkpoint engine installs FP8 bytes: some sender made them)
         precision = ("fp8-delayed" if f["recipe"].value == "delayed" else "fp8") if fp8_trainer else "bf16"

@@ -1,7 +1,7 @@
 """Each stack's own default for the keys fp8check reads, where the stack declares it: a key the job does not write
 takes this value, and its provenance says so.
 
-SkyRL: skyrl/train/config/config.py at PR #2072 head 4580e91e. verl: verl/trainer/config/rollout/rollout.yaml and
+SkyRL: skyrl/train/config/config.py of SkyRL 0.4.0 (the PyPI wheel). verl: verl/trainer/config/rollout/rollout.yaml and
 _generated_ppo_megatron_trainer.yaml at 1dda039b. NeMo RL: examples/configs/grpo_math_1B.yaml at 7ea279ab (the
 base every NeMo RL recipe inherits through `defaults:`).
 """
@@ -10,15 +10,15 @@ from __future__ import annotations
 from .keys import NEMO_DDP, NEMO_FP8, NEMO_MEGATRON, NEMO_VLLM, SKYRL_ENGINE, VERL_ROLLOUT
 
 SKYRL_DEFAULTS = {
-    "trainer.strategy": "fsdp",                                  # config.py:1399
-    SKYRL_ENGINE + "backend": "vllm",                            # config.py:1164
-    SKYRL_ENGINE + "weight_sync_backend": "nccl",                # config.py:1166
-    SKYRL_ENGINE + "enable_prefix_caching": True,                # config.py:1189
-    "trainer.fully_async.enabled": False,                        # config.py:987
-    "trainer.fully_async.clear_kv_cache_on_weight_sync": False,  # config.py:1001
-    "trainer.algorithm.use_kl_loss": True,                       # config.py:871
-    "trainer.algorithm.use_kl_in_reward": False,                 # config.py:868
-    "trainer.policy.inference_only_init": False,                 # config.py:668
+    "trainer.strategy": "fsdp",                                  # config.py:1466
+    SKYRL_ENGINE + "backend": "vllm",                            # config.py:1217
+    SKYRL_ENGINE + "weight_sync_backend": "nccl",                # config.py:1219
+    SKYRL_ENGINE + "enable_prefix_caching": True,                # config.py:1246
+    "trainer.fully_async.enabled": False,                        # config.py:1033
+    "trainer.fully_async.clear_kv_cache_on_weight_sync": False,  # config.py:1047
+    "trainer.algorithm.use_kl_loss": True,                       # config.py:914
+    "trainer.algorithm.use_kl_in_reward": False,                 # config.py:911
+    "trainer.policy.inference_only_init": False,                 # config.py:710
 }
 VERL_DEFAULTS = {
     VERL_ROLLOUT + "load_format": "dummy",                       # rollout.yaml:100
@@ -54,7 +54,7 @@ NEMO_DEFAULTS = {
 }
 NEMO_BASE = "NeMo RL default (examples/configs/grpo_math_1B.yaml @7ea279ab)"
 STACK_DEFAULTS = {
-    "skyrl": (SKYRL_DEFAULTS, "SkyRL default (skyrl/train/config/config.py)"),
+    "skyrl": (SKYRL_DEFAULTS, "SkyRL default (SkyRL 0.4.0 skyrl/train/config/config.py)"),
     "verl": (VERL_DEFAULTS, "verl default (verl/trainer/config/rollout/rollout.yaml)"),
     "nemo-rl": (NEMO_DEFAULTS, NEMO_BASE),
 }

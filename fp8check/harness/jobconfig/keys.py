@@ -1,7 +1,7 @@
 """The job keys fp8check reads, per stack, with the kind of value each takes: the one list the reader, the
 type checks, the unknown-key rule (K1) and the parser fuzz all derive from.
 
-SkyRL: skyrl/train/config/config.py at PR #2072 head 4580e91e (FP8 sync PR #1898 + MXFP8 #2072).
+SkyRL: skyrl/train/config/config.py of SkyRL 0.4.0, the PyPI wheel (FP8 sync PR #1898 + MXFP8 #2072).
 verl: verl/trainer/config/_generated_ppo_megatron_trainer.yaml, verl/workers/config/rollout.py at 1dda039b.
 NeMo RL: nemo_rl/models/policy/__init__.py (Fp8Config), nemo_rl/models/generation/vllm/config.py
 (VllmSpecificArgs) and the keys nemo_rl/models/generation/vllm/quantization/fp8.py reads with .get(), at 7ea279ab.
@@ -49,6 +49,7 @@ SKYRL_KEYS = {
     "trainer.algorithm.use_kl_loss": "bool", "trainer.algorithm.use_kl_in_reward": "bool",
     "trainer.algorithm.off_policy_correction.tis_ratio_type": "str", "trainer.algorithm.use_tis": "bool",
     "trainer.fully_async.enabled": "bool", "trainer.fully_async.clear_kv_cache_on_weight_sync": "bool",
+    "trainer.mtp.enabled": "bool",
     SKYRL_ENGINE + "fp8_weight_sync_mode": "str", SKYRL_ENGINE + "tensor_parallel_size": "int",
     SKYRL_ENGINE + "expert_parallel_size": "int", SKYRL_ENGINE + "pipeline_parallel_size": "int",
     SKYRL_ENGINE + "data_parallel_size": "int", SKYRL_ENGINE + "model_dtype": "str",

@@ -2,17 +2,19 @@
 the typed facts the job rules judge, each a Fact carrying the key as written and where its value came from.
 
 The resolution each reader applies is the stack's own, with the file it mirrors:
-SkyRL (PR #2072 head 4580e91e): transformer_config_kwargs win over the top-level aliases (config.py
-MegatronConfig.__post_init__, setdefault); `fp8_recipe: auto` -> mxfp8 on sm100+, else blockwise, and a GPU-less
-driver leaves it `auto` (quantization_utils.py:39-72); `fp8_weight_sync_mode: auto` follows the policy recipe
-(:153-177); NVTE_FP8_BLOCK_SCALING_FP32_SCALES defaults on the *driver* to 0 on sm100+ else 1, and
-VLLM_USE_DEEP_GEMM_E8M0 is pinned for the blockwise wire (train/utils/utils.py:932-989); the engine is started
-with quantization / load_format=dummy / quantization_config forced (inference_servers/utils.py:60-113).
+SkyRL 0.4.0 (the PyPI wheel; harness/jobconfig/versions.py): transformer_config_kwargs win over the top-level
+aliases (train/config/config.py:627-644, setdefault); `fp8_recipe: auto` -> mxfp8 on sm100+, else blockwise, and a
+GPU-less driver leaves it `auto` (distributed/megatron/quantization_utils.py:53-86); `fp8_weight_sync_mode: auto`
+follows the policy recipe (:167-191); NVTE_FP8_BLOCK_SCALING_FP32_SCALES defaults on the *driver* to 0 on sm100+
+else 1, a GPU-less driver refuses to guess it, and VLLM_USE_DEEP_GEMM_E8M0 is pinned for the blockwise wire
+(train/utils/utils.py:1094-1146); the engine is started with quantization / load_format=dummy /
+quantization_config forced (inference_servers/utils.py:67-120).
 verl (1dda039b): rollout.quantization=fp8 -> a 128x128 block config with `model.layers.N.mlp.gate` ignored for every
 layer, BF16 sent and re-quantized in the rollout worker (vllm_async_server.py:1065-1096, vllm_quant_utils.py); no
 variable is set or pinned by verl.
-NeMo RL (7ea279ab): vllm_cfg.precision=fp8 -> FP8 generation, blockwise or ModelOpt MXFP8 (is_mx), BF16 re-quantized
-in the vLLM worker (quantization/fp8.py:190-310, load_weights); `use_deep_gemm: true` (non-MX) sets
+NeMo RL (7ea279ab): vllm_cfg.precision=fp8 -> FP8 generation, blockwise or ModelOpt MXFP8 (is_mx): a block-FP8
+checkpoint engine whose load_weights re-quantizes the BF16 refit tensor by tensor (quantization/fp8.py:190-310,
+476-620: rollout.quantization=nemo-rl-blockwise, harness.numerics.nemo_rl); `use_deep_gemm: true` (non-MX) sets
 VLLM_USE_DEEP_GEMM=1 and VLLM_USE_DEEP_GEMM_E8M0=0 in the vLLM worker (fp8.py:240-242); megatron_cfg.env_vars and
 vllm_cfg.env_vars reach their workers over the driver's environment (distributed/worker_groups.py:452-455,
 generation/vllm/vllm_generation.py:213-218).
@@ -34,7 +36,7 @@ FP8_FORMATS = ("e4m3", "hybrid")
 MEGATRON_RECIPES = ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
 CHECKED_RECIPES = ("blockwise", "mxfp8")
 SKYRL_WIRES = ("blockwise", "mxfp8")
-SKYRL_ENGINE_QUANT = {"blockwise": "fp8", "mxfp8": "compressed-tensors"}   # quantization_utils.py:180-195
+SKYRL_ENGINE_QUANT = {"blockwise": "fp8", "mxfp8": "compressed-tensors"}   # quantization_utils.py:194-209
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,8 @@ def read_rollout_skyrl(r: Reader):
         wire = "mxfp8" if recipe == "mxfp8" else "blockwise"
         r.fact("wire", wire, mk, f"auto -> {wire} from the policy recipe ({recipe})")
     elif mode == "serialized_blockwise":
-        r.fact("wire", "blockwise", mk, "serialized_blockwise (the pre-rename name; SkyRL rejects it: K2)")
+        r.fact("wire", "blockwise", mk, "serialized_blockwise (PR #1898's pre-rename name; SkyRL 0.4.0 rejects it: "
+                                        "K2)")
     else:
         r.fact("wire", mode, mk)
     wire = j.facts["wire"].value
@@ -196,12 +199,12 @@ def read_rollout_skyrl(r: Reader):
     q = r.val(qk)
     if wire is not None and q is None:
         r.fact("engine_quantization", SKYRL_ENGINE_QUANT[wire], qk,
-               f"forced by SkyRL for the {wire} wire (inference_servers/utils.py:75-77)")
+               f"forced by SkyRL for the {wire} wire (inference_servers/utils.py:83)")
     else:
         r.fact("engine_quantization", q, qk)
     lk = SKYRL_EIK + "load_format"
     if wire is not None and r.val(lk) is None:
-        r.fact("load_format", "dummy", lk, "forced by SkyRL under FP8 weight sync (inference_servers/utils.py:78)")
+        r.fact("load_format", "dummy", lk, "forced by SkyRL under FP8 weight sync (inference_servers/utils.py:86)")
     else:
         r.fact("load_format", r.val(lk), lk)
     r.fact("rollout_format", wire if wire else ("per-tensor" if q == "fp8" else None), mk if wire else qk)
@@ -233,8 +236,8 @@ def read_rollout_nemo(r: Reader):
     r.fact("engine_quantization", "fp8" if fp8 else None, pk,
            "vllm_cfg.precision=fp8 -> quantization=fp8 (quantization/fp8.py:306-310)" if fp8 else None)
     r.fact("rollout_format", ("mxfp8" if mx else "blockwise") if fp8 else None, NEMO_VLLM + "is_mx" if mx else pk)
-    r.fact("sync", "naive", pk, "NeMo RL re-quantizes every FP8-built weight on arrival in the vLLM worker "
-                                "(quantization/fp8.py load_weights, cast_tensor_to_fp8_blockwise)")
+    r.fact("sync", "naive", pk, "NeMo RL sends BF16 and its load_weights re-quantizes every FP8-built weight "
+                                "in the vLLM worker (quantization/fp8.py:476-620, cast_tensor_to_fp8_blockwise)")
     kk = NEMO_VLLM + "kv_cache_dtype"
     r.fact("kv_cache_dtype", r.val(kk), kk)
     lk = NEMO_VLLM + "load_format"
@@ -283,7 +286,7 @@ def read_lora(r: Reader, stack: str):
         mk = SKYRL_MEGATRON + "lora_config.merge_lora"
         r.fact("lora_rank", r.val(k) or 0, k)
         r.fact("lora_merge", r.val(mk, True), mk, None if mk in r.job.flat else
-               "SkyRL default True (config.py:418)")
+               "SkyRL default True (train/config/config.py:435)")
     elif stack == "verl":
         k, mk = "actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora.merge"
         r.fact("lora_rank", r.val(k) or 0, k)
@@ -325,17 +328,18 @@ def read_env(r: Reader, stack: str, arch: str, gpu_assumed: bool):
         contract = bool(f["fp8_training"].value or wire == "blockwise" or f["fp8_param"].value)
         if contract:
             d = "0" if arch_major(arch) >= 10 and not gpu_assumed else "1"
-            why = (f"SkyRL default {d} from the driver's GPU ({'none visible: treated as Hopper' if gpu_assumed else arch}; "
-                   "train/utils/utils.py:946-950), exported to every actor")
+            why = (f"SkyRL default {d} from the driver's GPU (train/utils/utils.py:1110), exported to every actor"
+                   if not gpu_assumed else "judged as Hopper's 1: no GPU visible, and SkyRL 0.4.0 refuses a GPU-less "
+                   "driver without it (K26)")
             scale = r.env_fact("trainer", "trainer", nvte, d, why)
         else:
             scale = r.env_fact("trainer", "trainer", nvte, *te_default)
         j.facts["env.rollout." + nvte] = j.facts["env.trainer." + nvte]
         if wire == "blockwise" and scale == "1":
-            r.env_fact("rollout", "rollout", e8m0, "0", "SkyRL pin 0 for FP32 wire scales (utils.py:960-967)")
-        elif wire == "blockwise" and scale == "0" and arch_major(arch) >= 10 and not gpu_assumed:
-            r.env_fact("rollout", "rollout", e8m0, "1", "SkyRL pin 1 for power-of-two wire scales on sm100+ "
-                                                          "(utils.py:968-981)")
+            r.env_fact("rollout", "rollout", e8m0, "0", "SkyRL pin 0 for FP32 wire scales (utils.py:1122-1129)")
+        elif wire == "blockwise" and scale == "0":
+            r.env_fact("rollout", "rollout", e8m0, "1", "SkyRL pin 1 for power-of-two wire scales, any GPU "
+                                                          "(utils.py:1130-1146)")
         else:
             r.env_fact("rollout", "rollout", e8m0, "1", vllm_default)
         r.env_fact("rollout", "rollout", dg, "1", vllm_default)

@@ -120,13 +120,17 @@ def online_quantize(w: torch.Tensor, recipe):
 
 
 def online_engine_state_hf(config, sent: dict) -> dict:
-    """What an engine quantizing BF16 itself (`rollout.quantization` online-per-block or online-per-tensor) must
-    hold after a correct sync of `sent`, in checkpoint names: each fused parameter (q|k|v, gate|up, experts)
-    quantized whole by the engine's rule (`online_quantize`) -- as its process_weights_after_loading does it, on
-    every tensor-parallel rank's shard -- and cut back into its checkpoint tensors (codes + `_scale_inv`: block
-    grids, or per tensor `[tp]`, rank r's scale of the parameter the tensor sits in); high-precision tensors as
-    sent. The checks then judge the engine against it as they judge a checkpoint engine against the learner's
-    bytes."""
+    """What an engine quantizing BF16 itself (`rollout.quantization` online-per-block, online-per-tensor or
+    nemo-rl-blockwise) must hold after a correct sync of `sent`, in checkpoint names. vLLM's online methods: each
+    fused parameter (q|k|v, gate|up, experts) quantized whole by the engine's rule (`online_quantize`) -- as its
+    process_weights_after_loading does it, on every tensor-parallel rank's shard -- and cut back into its
+    checkpoint tensors (codes + `_scale_inv`: block grids, or per tensor `[tp]`, rank r's scale of the parameter
+    the tensor sits in); NeMo RL's load path: each checkpoint tensor quantized on its own by NeMo RL's rule
+    (`nemo_rl.engine_state_hf`); high-precision tensors as sent. The checks then judge the engine against it as
+    they judge a checkpoint engine against the learner's bytes."""
+    if config.engine_quantizes_on_load:
+        from .nemo_rl import engine_state_hf
+        return engine_state_hf(config, sent)
     from ..layouts import is_scale_name, scale_name
     from ..layouts.pieces import assemble
     layout, recipe = config.layout, config.engine_recipe

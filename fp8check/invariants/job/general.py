@@ -6,7 +6,8 @@ import difflib
 
 from fp8check.harness.formats import arch_major
 from fp8check.harness.jobconfig import ENV_KNOWN, FP8_PREFIXES, KNOWN, OPEN_SUBTREES
-from fp8check.harness.jobconfig.keys import ENV_MAPS, ENV_PREFIXES, RENAMED
+from fp8check.harness.jobconfig.keys import ENV_MAPS, ENV_PREFIXES, RENAMED, SKYRL_EIK
+from fp8check.harness.jobconfig.vllm_args import SERVER_ARGS, VLLM_VERSION
 
 from ..base import CheckContext, invariant
 from .common import NEEDS, OWN, finding
@@ -27,10 +28,14 @@ def _shown(j, fact):
 
 
 @invariant("K1", "job", "every FP8 key is understood",
-           "every key (and FP8 environment variable) under an FP8-relevant prefix is one fp8check knows: a misspelled "
-           "FP8 key silently changes nothing in the stack it was meant for", needs=NEEDS, live=False,
+           "every key (and FP8 environment variable) under an FP8-relevant prefix is one fp8check knows, and every "
+           "key under SkyRL's engine_init_kwargs is an argument vLLM's server takes: a misspelled key silently "
+           "changes nothing in the stack it was meant for", needs=NEEDS, live=False,
            source=f"{OWN}; NeMo RL reads its FP8 keys with .get(key, default) and never rejects an unknown one "
-                  "(quantization/fp8.py:190-300; its docs once named the pow2 switches wrongly, commit ad364966 / #2536)",
+                  "(quantization/fp8.py:190-300; its docs once named the pow2 switches wrongly, commit ad364966 / #2536); "
+                  "SkyRL 0.4.0 sets every engine_init_kwargs key on vLLM's argument namespace "
+                  "(skyrl/backends/skyrl_train/inference_servers/utils.py:282-289), where vLLM 0.26.0 reads only its "
+                  "own argument names (harness/jobconfig/vllm_args.py)",
            why="A typo under an FP8 prefix (fp8_recipie, use_weight_pow2_scale, NVTE_FP8_BLOCK_SCALING_FP32_SCALE) is "
                "read by nobody: the run trains with the default you meant to change. Fix the spelling to the key "
                "fp8check suggests, or remove the key.")
@@ -45,6 +50,7 @@ def k1_unknown_keys(ctx: CheckContext):
         near = RENAMED.get(k) or next(iter(difflib.get_close_matches(k, sorted(KNOWN), n=1, cutoff=0.8)), None)
         out.append(finding("K1", k, v, "unknown key under an FP8-relevant prefix: no stack reads it, so it changes "
                            "nothing", f"did you mean {near}?" if near else "remove it or report it to fp8check"))
+    out += _engine_init_kwargs(j, {f.evidence.get("key") for f in out})
     names = {n: (n, "environment") for n in j.env}
     for prefix in ENV_MAPS:
         names.update({k[len(prefix):]: (k, "job") for k in j.flat if k.startswith(prefix)})
@@ -54,6 +60,28 @@ def k1_unknown_keys(ctx: CheckContext):
             out.append(finding("K1", key, j.getenv(name) if key == name else j.value(key), "unknown FP8 environment variable: "
                                "neither Transformer Engine 2.20.2 nor vLLM 0.26 reads it",
                                f"did you mean {near}?" if near else "remove it"))
+    return out
+
+
+def _engine_init_kwargs(j, reported: set) -> list:
+    """K1 under SkyRL's engine_init_kwargs: each top-level name against the arguments vLLM's server takes (a
+    nested mapping such as hf_overrides is judged by its first name); a key the FP8-prefix check reported already
+    is not reported twice."""
+    if j.stack != "skyrl":
+        return []
+    out, seen = [], set()
+    for k in list(j.flat):
+        if not k.startswith(SKYRL_EIK) or not j.written(k):
+            continue
+        name = k[len(SKYRL_EIK):].split(".", 1)[0]
+        if name in SERVER_ARGS or name in seen or k in reported:
+            continue
+        seen.add(name)
+        near = next(iter(difflib.get_close_matches(name, sorted(SERVER_ARGS), n=1, cutoff=0.75)), None)
+        out.append(finding("K1", SKYRL_EIK + name, j.value(k) if k == SKYRL_EIK + name else "{...}",
+                           f"not an argument of vLLM {VLLM_VERSION}'s engine or server: SkyRL sets it on vLLM's "
+                           "argument namespace, where nothing reads it",
+                           f"did you mean {SKYRL_EIK}{near}?" if near else "remove it"))
     return out
 
 

@@ -16,13 +16,14 @@ TRUTHY = ("1", "true", "yes")     # verl/utils/kernel/fp8_kernel.py:33
            "when no --gpu is given and no GPU is visible, nothing FP8 in the job depends on a guessed architecture",
            needs=NEEDS, live=False,
            source="SkyRL PR #1898 review (cursor[bot] 'CPU driver forces Hopper FP8 scales', on "
-                  "skyrl/train/utils/utils.py:1006; still at #2072 head utils.py:948; 'Driver resolves auto FP8 "
-                  "recipe', fixed by b309f780; 'Unresolved auto recipe misaligns SFT packing', packing_utils.py:19)",
-           why="SkyRL's driver picks NVTE_FP8_BLOCK_SCALING_FP32_SCALES (and the E8M0 pin) from its own GPU and "
-               "exports it to every actor: a CPU-only driver exports Hopper's FP32 scales to Blackwell workers, whose "
-               "DeepGEMM then rejects them; an unresolved fp8_recipe=auto pads SFT packing for blockwise while the "
-               "workers resolve mxfp8. fp8check, like the driver, would judge Hopper. Pass --gpu for the workers' "
-               "GPU and pin NVTE_FP8_BLOCK_SCALING_FP32_SCALES, fp8_recipe and the wire explicitly.")
+                  "skyrl/train/utils/utils.py:1006; 'Driver resolves auto FP8 recipe', fixed by b309f780; 'Unresolved "
+                  "auto recipe misaligns SFT packing', packing_utils.py:19); SkyRL 0.4.0 refuses the GPU-less driver "
+                  "without the variable (skyrl/train/utils/utils.py:1097-1109, rule K26)",
+           why="A stack's driver that picks NVTE_FP8_BLOCK_SCALING_FP32_SCALES (and the E8M0 pin) from its own GPU "
+               "exports Hopper's FP32 scales to Blackwell workers when it has none (SkyRL's PR did; 0.4.0 refuses "
+               "instead, K26); an unresolved fp8_recipe=auto pads SFT packing for blockwise while the workers resolve "
+               "mxfp8. fp8check, like such a driver, would judge Hopper. Pass --gpu for the workers' GPU and pin "
+               "NVTE_FP8_BLOCK_SCALING_FP32_SCALES, fp8_recipe and the wire explicitly.")
 def e1_gpuless(ctx: CheckContext):
     j = ctx.job
     if not j.get("gpu_assumed") or not (j.get("fp8_training") or j.get("rollout_format")):
@@ -73,7 +74,7 @@ def e2_import_time(ctx: CheckContext):
            "the FP8 the rollout serves comes from one quantizer formula, the trainer's: no sender re-quantizes with "
            "scale_inv = amax/448, no stack picks between two formulas at import", needs=NEEDS, live=False,
            severity="warning",
-           source="SkyRL skyrl/backends/skyrl_train/weight_sync/fp8/quantize.py:85-93 (the wire re-quantizes the BF16 "
+           source="SkyRL 0.4.0 skyrl/backends/skyrl_train/weight_sync/fp8/quantize.py:85-89 (the wire re-quantizes the BF16 "
                   "export: scale_inv = amax/448, codes x / scale_inv) vs TE's compute_scale_from_amax (scale = 448/amax, "
                   "codes x * scale); verl verl/utils/kernel/fp8_kernel.py:94-108 (Triton: amax/448) vs :280-299 "
                   "(PyTorch fallback: 448/amax), chosen at :336-341 by Triton's import and VERL_DISABLE_TRITON_FP8",
@@ -127,8 +128,8 @@ def e4_kv(ctx: CheckContext):
            "prefix caching (on by default in vLLM 0.26) is reset after every weight sync: SkyRL's fully-async mode "
            "keeps it unless clear_kv_cache_on_weight_sync", needs=NEEDS, live=False, severity="warning",
            source="vLLM 0.26 config/cache.py:93 (enable_prefix_caching=True; reload_weights does not reset it); SkyRL "
-                  "skyrl/backends/skyrl_train/workers/megatron/megatron_worker.py:1593-1605 (resets only when not "
-                  "fully async, or with trainer.fully_async.clear_kv_cache_on_weight_sync)",
+                  "0.4.0 skyrl/backends/skyrl_train/workers/worker.py:595-604 (resets only when not fully async, or "
+                  "with trainer.fully_async.clear_kv_cache_on_weight_sync)",
            why="A prefix-cache hit after a sync reuses keys and values the old weights computed: the first tokens of "
                "the new policy's samples are the old policy's. Set trainer.fully_async.clear_kv_cache_on_weight_sync="
                "true (or generator.inference_engine.enable_prefix_caching=false).")
@@ -168,14 +169,17 @@ def e6_overlap(ctx: CheckContext):
            "NVTE_FP8_BLOCK_AMAX_EPSILON is not relied on: neither Transformer Engine 2.20.2 nor SkyRL's serializer "
            "reads it", needs=NEEDS, live=False, severity="warning",
            source="Transformer Engine 2.20.2 common/recipe/__init__.py:431-434 (Float8BlockScaling hard-codes "
-                  "amax_epsilon=0.0); SkyRL PR #1898 review (cursor[bot] 'Rollout FP8 amax floor ignored', "
-                  "weight_sync/fp8/quantize.py:75 clamps at 1e-10)",
+                  "amax_epsilon=0.0); SkyRL PR #1898 review (cursor[bot] 'Rollout FP8 amax floor ignored'); SkyRL "
+                  "0.4.0 skyrl/backends/skyrl_train/weight_sync/fp8/quantize.py:85 clamps at 1e-10 (on SkyRL jobs K2 "
+                  "reports the variable with SkyRL's other pre-release names)",
            why="SkyRL's PR docs export NVTE_FP8_BLOCK_AMAX_EPSILON=1e-4, but stock TE never reads it and SkyRL's "
                "serializer clamps amax at 1e-10: the floor you set is in effect nowhere. Remove it, or set the floor "
                "through the recipe (fp8check.amax_epsilon models one).")
 def e7_amax_epsilon(ctx: CheckContext):
     j, out = ctx.job, []
     var = "NVTE_FP8_BLOCK_AMAX_EPSILON"
+    if j.stack == "skyrl":
+        return out              # K2 names it, in one message with SkyRL's other pre-release names and their versions
     if j.getenv(var) not in (None, ""):
         out.append(finding("E7", var, j.getenv(var), f"{var} is read by nothing (TE 2.20.2 hard-codes amax_epsilon=0)",
                            f"remove {var}"))

@@ -160,16 +160,22 @@ class ReferenceRollout(ServingMirror):
                      "logit_scale": None, "shard_offsets_lost": False, "packed_scales_copied": False}
     knobs = frozenset(DEFAULT_KNOBS)
 
-    def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234, shard_rank=None):
+    def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234, shard_rank=None,
+                 load_quantizer=None):
         """`ignored_layers`: the engine's own exclusion list (default: the config's). `shard_rank(name, rank)`:
-        which rank's shard a checkpoint tensor is narrowed to on `rank` (default: its own; a fault breaks it)."""
+        which rank's shard a checkpoint tensor is narrowed to on `rank` (default: its own; a fault breaks it).
+        `load_quantizer`: on an engine that quantizes on load (rollout.quantization=nemo-rl-blockwise), the 2-D
+        quantizer its load path runs, called as NeMo RL calls `cast_tensor_to_fp8_blockwise` (default:
+        harness.numerics.nemo_rl's re-statement of it)."""
         config.spec.require_modelled()
         self.config = config
         self.layout = config.layout
         self.recipe = config.engine_recipe                  # the grid the engine holds FP8 on
         self.tp = config.rollout.tp_size
         self.ignored_layers = tuple(config.ignored_layers if ignored_layers is None else ignored_layers)
-        self.online_quant = config.engine_quantizes         # BF16 checkpoint, quantized by the engine
+        # BF16 checkpoint, quantized by the engine after loading (an engine quantizing on load holds checkpoint FP8)
+        self.online_quant = config.engine_quantizes and not config.engine_quantizes_on_load
+        self.load_quantizer = load_quantizer
         self.fp8_modules = self._quantized_modules()
         self._knobs = dict(self.DEFAULT_KNOBS)              # engine-stage faults set these for one install
         self._shard_rank = shard_rank or (lambda name, rank: rank)
@@ -188,6 +194,9 @@ class ReferenceRollout(ServingMirror):
         self._pieces: dict = {}                         # (checkpoint name, source rank) -> its layout pieces
         self._init_state(seed)
         self._init_serving(seed)
+        # checkpoint names its load path quantizes (NeMo RL's `_is_fp8_weight`: the tensor's vLLM module is FP8)
+        self._load_fp8 = frozenset(p.src for p in self.layout.vllm[0] if self.param_module(p.dst) in self.fp8_modules
+                                   and not is_scale_name(p.src)) if config.engine_quantizes_on_load else frozenset()
 
     # -- construction --------------------------------------------------------------------------------------------
     def _module_members(self) -> dict[str, list[str]]:
@@ -359,6 +368,7 @@ class ReferenceRollout(ServingMirror):
     def install(self, items, version: int | None = None, *, direct: bool = False, knobs: dict | None = None):
         """vLLM's layerwise reload. `items`: iterable of (name, tensor[, version]). direct=True (or
         rollout.install=load_weights): the model's own load_weights instead, as some RL stacks call it."""
+        items = self._on_load(items)
         with self._with_knobs(knobs):
             rec = self.start_update(version)
             try:
@@ -388,7 +398,15 @@ class ReferenceRollout(ServingMirror):
     def load_bucket(self, items):
         if self._open is None:
             raise EngineError("load_bucket outside an update (call start_update first)")
-        self._open.load(items)
+        self._open.load(self._on_load(items))
+
+    def _on_load(self, items):
+        """What the engine's load path makes of the items it is handed: as they are, or, on an engine that
+        quantizes on load, NeMo RL's `load_weights` (each FP8 weight quantized, followed by its `_scale_inv`)."""
+        if not self.config.engine_quantizes_on_load:
+            return items
+        from ...numerics.nemo_rl import load_weights
+        return load_weights(items, self._load_fp8, self.recipe, self.load_quantizer)
 
     def finish_update(self) -> UpdateRecord:
         if self._open is None:

@@ -1,0 +1,78 @@
+"""The argument names vLLM 0.26.0's OpenAI server takes: what SkyRL's `generator.inference_engine.engine_init_kwargs`
+may name. SkyRL 0.4.0 sets each of its keys on vLLM's parsed argument namespace (`setattr(args, key, value)`,
+skyrl/backends/skyrl_train/inference_servers/utils.py:282-289), and vLLM reads only the names below from it: a
+misspelt key is set and never read. Read from vLLM 0.26.0's source: the fields of `EngineArgs` and
+`AsyncEngineArgs` (vllm/engine/arg_utils.py:417, :2721) and of `BaseFrontendArgs` / `FrontendArgs`
+(vllm/entrypoints/openai/cli_args.py:67, :224), leading-underscore fields left out; tests/test_preflight_parity.py
+re-reads the source and holds this table to it."""
+from __future__ import annotations
+
+VLLM_VERSION = "0.26.0"
+ENGINE_ARGS = frozenset((
+    "additional_config", "aggregate_engine_logging", "all2all_backend", "allow_deprecated_quantization",
+    "allowed_local_media_path", "allowed_media_domains", "async_scheduling", "attention_backend",
+    "attention_config", "block_size", "calculate_kv_scales", "code_revision", "collect_detailed_traces",
+    "compilation_config", "config_format", "convert", "cp_kv_cache_interleave_size",
+    "cpu_distributed_timeout_seconds", "cpu_offload_gb", "cpu_offload_params", "cudagraph_capture_sizes",
+    "cudagraph_metrics", "data_parallel_address", "data_parallel_backend", "data_parallel_external_lb",
+    "data_parallel_hybrid_lb", "data_parallel_multi_port_external_lb", "data_parallel_rank",
+    "data_parallel_rpc_port", "data_parallel_size", "data_parallel_size_local", "data_parallel_start_rank",
+    "dbo_decode_token_threshold", "dbo_prefill_token_threshold", "dcp_comm_backend", "dcp_kv_cache_interleave_size",
+    "decode_context_parallel_size", "default_mm_loras", "device_ids", "diffusion_config", "disable_cascade_attn",
+    "disable_chunked_mm_input", "disable_custom_all_reduce", "disable_hybrid_kv_cache_manager", "disable_log_stats",
+    "disable_nccl_for_dp_synchronization", "disable_sliding_window", "distributed_executor_backend",
+    "distributed_timeout_seconds", "download_dir", "dtype", "ec_transfer_config", "enable_bf16x3_router_gemm",
+    "enable_chunked_prefill", "enable_cumem_allocator", "enable_dbo", "enable_elastic_ep",
+    "enable_ep_weight_filter", "enable_eplb", "enable_expert_parallel", "enable_flashinfer_autotune",
+    "enable_layerwise_nvtx_tracing", "enable_log_requests", "enable_logging_iteration_details", "enable_lora",
+    "enable_mamba_cache_stochastic_rounding", "enable_mfu_metrics", "enable_mixed_moe_lora_format",
+    "enable_mm_embeds", "enable_mm_processor_stats", "enable_moe_shared_loras", "enable_prefix_caching",
+    "enable_prompt_embeds", "enable_return_routed_experts", "enable_sleep_mode", "enable_tower_connector_lora",
+    "enforce_eager", "eplb_config", "expert_placement_strategy", "fail_on_environ_validation",
+    "fully_sharded_loras", "gdn_prefill_backend", "generation_config", "gpu_memory_utilization", "hf_config_path",
+    "hf_overrides", "hf_token", "ignore_patterns", "interleave_mm_strings", "io_processor_plugin", "ir_op_priority",
+    "jit_monitor_mode", "jit_monitor_verbose", "kernel_config", "kv_cache_dtype", "kv_cache_dtype_skip_layers",
+    "kv_cache_memory_bytes", "kv_cache_metrics", "kv_cache_metrics_sample", "kv_events_config",
+    "kv_offloading_backend", "kv_offloading_size", "kv_sharing_fast_prefill", "kv_transfer_config",
+    "language_model_only", "limit_mm_per_prompt", "linear_backend", "load_format", "logits_processors",
+    "logprobs_mode", "long_prefill_token_threshold", "lora_dtype", "lora_target_modules", "mamba_backend",
+    "mamba_block_size", "mamba_cache_dtype", "mamba_cache_mode", "mamba_cache_philox_rounds", "mamba_config",
+    "mamba_ssm_cache_dtype", "master_addr", "master_port", "max_cpu_loras", "max_cudagraph_capture_size",
+    "max_logprobs", "max_long_partial_prefills", "max_lora_rank", "max_loras", "max_model_len",
+    "max_num_batched_tokens", "max_num_partial_prefills", "max_num_scheduled_tokens", "max_num_seqs",
+    "max_parallel_loading_workers", "media_io_kwargs", "mm_encoder_attn_backend", "mm_encoder_attn_dtype",
+    "mm_encoder_fp8_scale_path", "mm_encoder_fp8_scale_save_margin", "mm_encoder_fp8_scale_save_path",
+    "mm_encoder_only", "mm_encoder_tp_mode", "mm_ipc_gpu_memory_gb", "mm_processor_cache_gb",
+    "mm_processor_cache_type", "mm_processor_kwargs", "mm_shm_cache_max_object_size_mb", "mm_tensor_ipc", "model",
+    "model_class_overrides", "model_impl", "model_loader_extra_config", "model_weights", "moe_backend", "nnodes",
+    "node_rank", "num_gpu_blocks_override", "numa_bind", "numa_bind_cpus", "numa_bind_nodes", "offload_backend",
+    "offload_group_size", "offload_num_in_group", "offload_params", "offload_prefetch_step", "optimization_level",
+    "otlp_traces_endpoint", "override_attention_dtype", "override_generation_config", "performance_mode",
+    "pipeline_parallel_size", "pooler_config", "prefill_context_parallel_size", "prefill_schedule_interval",
+    "prefix_caching_hash_algo", "prefix_match_unit", "profiler_config", "pt_load_map_location", "quantization",
+    "quantization_config", "ray_workers_use_nsight", "reasoning_config", "reasoning_parser",
+    "reasoning_parser_plugin", "renderer_num_workers", "revision", "runner", "safetensors_load_strategy",
+    "safetensors_prefetch_block_size", "safetensors_prefetch_num_threads", "scheduler_cls",
+    "scheduler_reserve_full_isl", "scheduling_policy", "seed", "served_model_name",
+    "show_hidden_metrics_for_version", "shutdown_timeout", "skip_mm_profiling", "skip_tokenizer_init",
+    "spec_method", "spec_model", "spec_tokens", "specialize_active_lora", "speculative_config", "stream_interval",
+    "structured_outputs_config", "tensor_parallel_size", "tokenizer", "tokenizer_mode", "tokenizer_revision",
+    "tokens_only", "trust_remote_code", "ubatch_size", "use_fp64_gumbel", "use_tqdm_on_load", "video_pruning_rate",
+    "watermark", "weight_transfer_config", "worker_cls", "worker_extension_cls",
+))
+FRONTEND_ARGS = frozenset((
+    "allow_credentials", "allowed_headers", "allowed_methods", "allowed_origins", "api_key", "chat_template",
+    "chat_template_content_format", "data_parallel_supervisor_port", "default_chat_template_kwargs",
+    "disable_access_log_for_endpoints", "disable_fastapi_docs", "disable_uvicorn_access_log",
+    "dp_supervisor_probe_failure_threshold", "dp_supervisor_probe_interval_s", "dp_supervisor_probe_timeout_s",
+    "enable_auto_tool_choice", "enable_flash_late_interaction", "enable_force_include_usage", "enable_log_deltas",
+    "enable_log_outputs", "enable_offline_docs", "enable_per_request_metrics", "enable_prompt_tokens_details",
+    "enable_request_id_headers", "enable_server_load_tracking", "enable_ssl_refresh",
+    "enable_tokenizer_info_endpoint", "exclude_tools_when_tool_choice_none", "fingerprint_mode",
+    "fingerprint_value", "h11_max_header_count", "h11_max_incomplete_event_size", "host", "log_config_file",
+    "log_error_stack", "lora_modules", "max_log_len", "middleware", "port", "response_role",
+    "return_tokens_as_token_ids", "root_path", "ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_ciphers",
+    "ssl_keyfile", "tool_call_parser", "tool_parser_plugin", "tool_server", "trust_request_chat_template", "uds",
+    "uvicorn_log_level",
+))
+SERVER_ARGS = ENGINE_ARGS | FRONTEND_ARGS
