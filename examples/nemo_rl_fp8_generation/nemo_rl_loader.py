@@ -10,16 +10,18 @@ definitions from it, in a namespace holding torch and NeMo RL's own `FP8Config`:
     FP8Config                        its FP8 settings dataclass (fp8.py:51-60)
     cast_tensor_to_fp8_blockwise     what its `load_weights` runs on every BF16 tensor of a refit (fp8.py:533-620)
 
-Nothing of NeMo RL's code is copied into this project. The function reads the module global `global_fp8_config`
+The file is kept unmodified in third_party/nemo_rl/ (CI cannot reach GitHub); its hash is checked before any of it
+runs. The function reads the module global `global_fp8_config`
 (for `use_weight_pow2_scale`): each namespace sets it to an `FP8Config` of NeMo RL's own class. Its one `print`
 (a padding notice) is routed to a list, `PADDED`.
 
 Where the file comes from, first found:
   1. $NEMO_RL_SRC: the file itself, a NeMo RL checkout (its working tree) or its git directory (read with
      `git show <commit>:path`);
-  2. the cache, $XDG_CACHE_HOME/fp8check/nemo-rl-7ea279ab/fp8.py (default ~/.cache), which
+  2. third_party/nemo_rl/fp8.py in this repository (the file as published at the pinned commit);
+  3. the cache, $XDG_CACHE_HOME/fp8check/nemo-rl-7ea279ab/fp8.py (default ~/.cache), which
      `python examples/nemo_rl_fp8_generation/nemo_rl_loader.py --fetch` fills from GitHub at the pinned commit
-     (what .ci/run does) and `--from-git GITDIR` fills from a local clone.
+     and `--from-git GITDIR` fills from a local clone.
 """
 from __future__ import annotations
 
@@ -73,6 +75,11 @@ def _candidates():
                 data = _from_git(git_dir)
                 if data is not None:
                     yield f"{git_dir} at {COMMIT[:8]} ($NEMO_RL_SRC)", data
+    vendored = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "third_party", "nemo_rl", "fp8.py")
+    if os.path.isfile(vendored):
+        with open(vendored, "rb") as f:
+            yield vendored, f.read()
     cached = cache_path()
     if os.path.isfile(cached):
         with open(cached, "rb") as f:
