@@ -21,13 +21,12 @@ R=${OUT:-$PWD/gpu-results}/$JOB; mkdir -p "$R"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 FP8CHECK_GPU=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_DEDUP_LOGS=0
 FP8CHECK="python3 -m fp8check"
-# one Ray head for the job (the live engines are Ray actors); stopped however the job ends
-python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats > "$R/ray-start.log" 2>&1 \
-  && export RAY_ADDRESS=auto
-trap 'python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1' EXIT
-
 run() {   # run COMMAND...: the job's command, its log, its record
   CMD="$*"
+  # one Ray head for the job (the live engines are Ray actors); stopped however the job ends
+  python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats > "$R/ray-start.log" 2>&1 \
+    && export RAY_ADDRESS=auto
+  trap 'python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1' EXIT
   echo "=== $JOB: $CMD"
   ( eval "$CMD" ) > "$R/$JOB.log" 2>&1
   rc=$?
@@ -43,7 +42,10 @@ case $JOB in
   live-dense) run "OUT=$R bash ci/gpu_live.sh dense" ;;
   live-moe) run "OUT=$R bash ci/gpu_live.sh moe" ;;
   live-scale) run "OUT=$R bash ci/gpu_live.sh scale" ;;
-  plugin) run "python3 -m pytest examples/user_project --fp8check-live -p no:cacheprovider -q -rfE --tb=short" ;;
+  plugin)      # without an installed fp8check (PYTHONPATH only) the pytest11 entry point is absent: load it by name
+    python3 -c "import importlib.metadata as m, sys; sys.exit(0 if any(e.value.startswith('fp8check.') for e in m.entry_points(group='pytest11')) else 1)" \
+      && PLUGIN="" || PLUGIN="-p fp8check.harness.integrations.pytest_plugin"
+    run "python3 -m pytest examples/user_project $PLUGIN --fp8check-live -p no:cacheprovider -q -rfE --tb=short" ;;
   preflight-probe) run "$FP8CHECK preflight examples/skyrl_hopper_fp8.yaml --gpu sm90 --probe" ;;
   bench-quantize) run "python3 bench/gpu_bench.py --quantize --out $R/quantize.json" ;;
   bench-sync)
