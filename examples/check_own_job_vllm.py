@@ -24,10 +24,9 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from fp8check import WORKER_EXTENSION, check_sync, recommended_config
-    from fp8check.harness.engines.registry import make_engine
-    from fp8check.harness.engines.vllm import engine_env, write_model_dir
-    from fp8check.harness.integrations.check import watch
+    from fp8check import WORKER_EXTENSION, check_sync, engine_env, recommended_config, watch
+    from fp8check.harness.engines.registry import make_engine          # the stand-in learner
+    from fp8check.harness.engines.vllm import write_model_dir          # the stand-in checkpoint
     from my_sync import sync_correct, sync_substring_bug
     cfg = recommended_config(a.model, "blockwise-fp32")
     for k, v in engine_env(cfg).items():

@@ -189,12 +189,67 @@ def test_no_private_name_crosses_a_package():
             assert ".".join(mod.split(".")[:3]) == top, f"{module}:{line} imports private {name} from {mod}"
 
 
-def test_public_face_exports_resolve():
+# the public API: what users import from `fp8check` (docs/api.md); everything else is imported from its module
+PUBLIC = {"check_sync", "watch", "WORKER_EXTENSION", "engine_env", "SyncConfig", "recommended_config",
+          "config_from_job", "get_recipe", "Finding", "Verdict", "SyncCheckFailed", "strategies"}
+
+
+def test_public_face_is_the_small_api_and_every_name_resolves():
     import fp8check
-    assert 15 <= len(fp8check.__all__) <= 35
+    assert set(fp8check.__all__) == PUBLIC
     for name in fp8check.__all__:
         assert getattr(fp8check, name) is not None, name
-    assert fp8check.__doc__ and all(n in fp8check.__doc__ for n in ("run_sync", "SyncConfig", "check_sync"))
+        assert name in fp8check.__doc__, f"fp8check's docstring does not describe {name}"
+    for internal in ("reference_sync", "run_sync", "FAULTS", "FullRead", "Remote", "ENGINES", "make_engine", "CATALOG"):
+        with pytest.raises(AttributeError):
+            getattr(fp8check, internal)
+    assert fp8check.Verdict.FAIL == "fail" and fp8check.SyncCheckFailed.__mro__[1] is AssertionError
+
+
+def test_the_strategies_without_hypothesis_are_one_line_naming_the_extra():
+    """`fp8check.strategies` in a fresh interpreter where importing hypothesis fails: one ImportError line that
+    names the extra to install."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['hypothesis'] = None\n"
+            "try:\n    import fp8check.strategies\nexcept ImportError as e:\n    print('ERR', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 0 and len(lines) == 1, r.stdout + r.stderr
+    assert lines[0] == "ERR fp8check.strategies needs Hypothesis: pip install 'fp8check[strategies]'"
+    import fp8check.strategies as fst                  # with hypothesis (the dev extra): the strategies themselves
+    assert set(fst.__all__) >= {"weights", "recipes", "model_specs", "sync_configs"} and callable(fst.weights)
+
+
+def test_a_fresh_install_puts_only_fp8check_at_the_top_of_site_packages(tmp_path):
+    """`pip install .` (not editable, no dependencies) of the tracked tree into a target directory: the top level
+    holds `fp8check` and its dist-info (plus the console script), the entry points are the CLI and the pytest
+    plugin, and `import fp8check; fp8check.check_sync` works from there."""
+    import subprocess
+    import sys
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    src = tmp_path / "src"
+    for f in filter(None, files):
+        p = ROOT / f.decode()
+        if p.is_file():
+            (src / f.decode()).parent.mkdir(parents=True, exist_ok=True)
+            (src / f.decode()).write_bytes(p.read_bytes())
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-index", "--target", str(target), str(src)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    top = sorted(p.name for p in target.iterdir())
+    dist = [n for n in top if n.endswith(".dist-info")]
+    assert len(dist) == 1 and dist[0].startswith("fp8check-"), top
+    assert set(top) - set(dist) - {"bin"} == {"fp8check"}, top
+    entry = (target / dist[0] / "entry_points.txt").read_text()
+    assert "fp8check = fp8check.harness.cli:main" in entry
+    assert "[pytest11]" in entry and "fp8check = fp8check.harness.integrations.pytest_plugin" in entry
+    r = subprocess.run([sys.executable, "-c", "import fp8check; fp8check.check_sync; print(fp8check.__file__)"],
+                       cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(target)},
+                       capture_output=True, text=True, timeout=900)      # imports torch: slow on a loaded box
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(target / "fp8check" / "__init__.py")
 
 
 def test_every_module_has_a_docstring_and_none_cites_a_missing_design_file():

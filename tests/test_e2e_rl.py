@@ -269,6 +269,11 @@ def test_the_command_writes_records_figures_and_report(tmp_path, capsys):
                         "bf16-rollout-over-onpolicy": "not run", "onpolicy-under-bf16-sampler": "not run",
                         "other-grid-over-onpolicy": "not run", "onpolicy-over-bf16": "violated",
                         "learning-bf16": "unknown", "learning-onpolicy-fp8": "unknown"}, verdicts
+    # the violated claim's "why" quotes this run's BF16 floor, computed here from the records it wrote
+    records = [json.loads(x) for x in lines]
+    floor = [r["mean_abs_dlogprob"] for r in records if r["arm"] == "bf16"]
+    why = {c["id"]: c for c in summary["claims"]}["onpolicy-over-bf16"]["explanation"]
+    assert f"BF16 floor (the bf16 arm's mean |dlogprob| over the first 20 steps) is {sum(floor) / len(floor):.2g}," in why
     # the console carries each arm's figures (a part of a live run whose files are lost still leaves them), the
     # same numbers the summary holds
     printed = capsys.readouterr().out
@@ -276,6 +281,42 @@ def test_the_command_writes_records_figures_and_report(tmp_path, capsys):
     for arm in ("bf16", "onpolicy-fp8"):
         v = summary["per_arm"]["mean_abs_dlogprob"][arm]["mean"]
         assert f"{v:.4g}" in printed, (arm, v)
+
+
+def test_a_violated_claims_why_quotes_this_run_only():
+    """The report's "why" of a violated claim is built from the run's records: hand-made records where naive-fp8's
+    S2 failed at 4 of 6 step syncs say exactly that, and no figure of an earlier run (a live ratio, a floor) is in
+    any explanation."""
+    runs, steps = [], []
+    for seed in range(3):
+        for arm, dlp in (("naive-fp8", 0.011 + 0.001 * seed), ("onpolicy-fp8", 0.01)):
+            runs.append({"arm": arm, "seed": seed, "initial_sync": {"verdicts": {}}})
+            for step in range(2):
+                fail = arm == "naive-fp8" and (seed, step) != (0, 0) and (seed, step) != (1, 1)
+                steps.append({"arm": arm, "seed": seed, "step": step, "mean_abs_dlogprob": dlp, "kl": dlp / 10,
+                              "reward": 0.5, "sync": {"verdicts": {"S2": "fail" if fail else "pass"}}})
+    claims = {c["id"]: c for c in evaluate(runs, steps)}
+    naive = claims["naive-over-onpolicy"]
+    assert naive["verdict"] == VIOLATED
+    assert "in this run S2 failed at 4 of 6 naive-fp8 step syncs" in naive["explanation"]
+    for c in claims.values():
+        for stale in ("2.39", "3.57", "5.25", "4.59", "4.05", "0.0036", "172 of 305"):
+            assert stale not in c.get("explanation", ""), (c["id"], stale)
+
+
+def test_the_default_run_is_the_short_one_the_docs_describe():
+    """`fp8check e2e` without flags: the four arms whose claims a short CPU run decides, 3 seeds x 30 steps;
+    `--arms full` is the six-arm comparison."""
+    import argparse
+    from fp8check.e2e.rl.arms import DEFAULT_ARMS, FULL_ARMS
+    from fp8check.harness.cli import e2e
+    sub = argparse.ArgumentParser().add_subparsers()
+    e2e.register(sub)
+    a = sub.choices["e2e"].parse_args(["--out", "x"])
+    assert (a.arms, a.seeds, a.steps) == ("bf16-fp8-rollout,bf16-sampler,other-grid,onpolicy-fp8", 3, 30)
+    assert e2e._arms(a.arms) == list(DEFAULT_ARMS)
+    assert e2e._arms("full") == ["bf16", "naive-fp8", "bf16-fp8-rollout", "bf16-sampler", "other-grid",
+                                 "onpolicy-fp8"] == list(FULL_ARMS)
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -82,7 +82,7 @@ def test_naive_sync_is_caught_while_the_probe_stays_quiet(session):
 
 
 def test_direct_load_weights_path_mirrors_vllm_and_is_flagged(session):
-    """model.load_weights after startup: real vLLM 0.26 on the H200 (tests/gpu, ci/gpu-results) refused at the
+    """model.load_weights after startup: real vLLM 0.26 on the H200 (tests/gpu) refused at the
     first FP8 linear, wrote the 2 tensors before it, and left 25 of 27 parameters poisoned; S1 and S7 fired.
     The reference must do the same, and a reload must recover."""
     o = session.sync("direct", direct=True)

@@ -2,7 +2,7 @@
 bucket, and hand checkpoint-format tensors to the engine's loader. Two versions: a correct one, and the bug the
 field keeps shipping -- an exclusion list matched by substring, so `mlp.gate` (the MoE router) also catches
 `mlp.gate_proj`, which then goes out as BF16 into an FP8 parameter."""
-from fp8check.harness.formats import get_recipe
+from fp8check import get_recipe
 
 RECIPE = get_recipe("blockwise-fp32")
 KEEP_BF16 = ("mlp.gate", "mlp.shared_expert_gate", "norm", "embed_tokens", "lm_head")   # routers stay BF16

@@ -3,7 +3,7 @@ fp8check; nothing to import). Run: `pytest examples/user_project` (add --fp8chec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fp8check.harness.integrations.check import SyncCheckFailed
+from fp8check import SyncCheckFailed
 from my_sync import sync_correct, sync_substring_bug
 
 

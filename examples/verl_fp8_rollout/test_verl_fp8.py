@@ -14,7 +14,7 @@ WHY = verl_loader.why_not()
 if WHY:
     pytest.skip(WHY, allow_module_level=True)
 
-from fp8check.harness.integrations.check import SyncCheckFailed  # noqa: E402
+from fp8check import SyncCheckFailed  # noqa: E402
 from verl_sync import verl_fp8_rollout, verl_fp8_rollout_ignoring, verl_fp8_rollout_no_process_group  # noqa: E402
 
 FP32, POW2 = "blockwise-fp32", "blockwise-pow2"

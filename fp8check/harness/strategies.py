@@ -1,22 +1,28 @@
 """Hypothesis strategies for fuzzing FP8 sync code (fp8check's own tests use them; so can yours).
 
     from hypothesis import given
-    from fp8check.harness import strategies as fst
+    from fp8check import strategies as fst
 
     @given(fst.weights(), fst.recipes())
     def test_my_sender_keeps_trainer_bytes(w, recipe): ...
 
 Strategies: `shapes`, `weights` (wide dynamic range, zero / NaN / inf / subnormal blocks), `recipes`,
 `model_specs` (small tiny-model variants whose GEMM dims stay block-aligned), `sync_configs`, `fault_params`.
+Hypothesis is an extra (`pip install 'fp8check[strategies]'`); without it importing this module is one line saying so.
 """
 from __future__ import annotations
 
+try:
+    from hypothesis import strategies as st
+except ImportError:
+    raise ImportError("fp8check.strategies needs Hypothesis: pip install 'fp8check[strategies]'") from None
 import torch
-from hypothesis import strategies as st
 
 from .config import RolloutConfig, SyncConfig
 from .formats import RECIPES, get_recipe
 from .models import ModelSpec, register_model
+
+__all__ = ["shapes", "weights", "recipes", "model_specs", "sync_configs", "fault_params"]
 
 
 def shapes(max_side: int = 300, min_side: int = 1):

@@ -19,8 +19,11 @@ from .args import LAYERS_HELP, MODEL_HELP, build_config, count, load_yaml, out_f
 
 # -- commands -------------------------------------------------------------------------------------------------------
 def cmd_catalog(args) -> int:
-    from .catalog import catalog_rows
+    from .catalog import catalog_markdown, catalog_rows
     rows = catalog_rows()
+    if args.markdown:
+        print(catalog_markdown(rows))
+        return EXIT_OK
     if args.json:
         print(json.dumps(rows, indent=1))
         return EXIT_OK
@@ -72,6 +75,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     c = sub.add_parser("catalog", help="list every invariant: id, family, condition, source, faults that trip it")
     c.add_argument("--json", action="store_true")
+    c.add_argument("--markdown", action="store_true", help="the documentation's reference pages (invariants, pre-flight rules)")
     c.set_defaults(fn=cmd_catalog)
 
     def cfg_args(sp, model_default=None):

@@ -87,8 +87,8 @@ VARIANTS = {
     "slices-w16-64": {"block": dict(warps=16, slice=64, stages=0, per_sm=0),
                       "row": dict(rows=32, warps=8, stages=0, per_sm=0)},
 }
-# measured on the H200 (ci/gpu-results/2026-12-03/quantize.txt, median of 20 rounds, Llama-8B layers): tile-w8 is
-# the fastest 128x128 variant as called (0.87 of TE) and from a CUDA graph (0.99), 1x128 graph-replayed 1.2x TE's
+# the fastest 128x128 variant on the H200, as called and from a CUDA graph (results/h200-quantizer.json: 0.99 of
+# TE's kernel rate), 1x128 graph-replayed 1.2x TE's
 DEFAULT_VARIANT = "tile-w8"
 _MAX_TILE = 1 << 14                 # elements of a one-tile block (128x128); larger blocks are walked in slices
 _INTERPRETED_PROGRAMS = 3           # a persistent grid under the interpreter: few programs, so each walks items
