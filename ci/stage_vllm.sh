@@ -21,7 +21,10 @@
 #
 # Environment: SHARED_GPU (default ../shared/gpu from the project root), GPU_BUNDLE_CACHE (downloads, default
 # /tmp/fp8check-gpu-cache), HOST_TORCH (2.11.0), HOST_NCCL (2.28.9), HOST_CUDA_MAJOR (13), STAGE_CUDNN (0),
-# PART_MIB (60). docs/engines.md ("Staging a newer vLLM") has the figures this builds.
+# PART_MIB (60), STAGE_TORCH (1; 0: no torch / triton / NCCL, vLLM on the host's torch 2.11 against its pin -- its
+# kernels need only torch's stable C ABI, every symbol of which 0.26's kernels need too, but its DeepGEMM before 0.34
+# is built against the pinned torch's C++ ABI: run it with VLLM_USE_DEEP_GEMM=0; untried on the host).
+# docs/engines.md ("Staging a newer vLLM") has the figures this builds.
 set -euo pipefail
 VERSION=${1:?usage: bash ci/stage_vllm.sh VERSION [DEST]}
 [[ $VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "stage_vllm: VERSION must look like 0.30.0, got '$VERSION'" >&2; exit 2; }
@@ -77,7 +80,7 @@ fi
 rm -f "$C"/wheels/*.whl
 TORCH=$(pin torch <<< "$VMETA")
 [[ -n $TORCH ]] || { echo "stage_vllm: vllm==$VERSION pins no torch version (Requires-Dist: torch==...)" >&2; exit 2; }
-if [[ $TORCH != "$HOST_TORCH" ]]; then
+if [[ $TORCH != "$HOST_TORCH" && ${STAGE_TORCH:-1} == 1 ]]; then
   pipdl --no-deps -d "$C/wheels" "torch==$TORCH"
   TW=$(ls "$C"/wheels/torch-"$TORCH"-*.whl); TMETA=$(meta "$TW")
   CUDA=$(grep -E "^Requires-Dist: cuda-toolkit\[" <<< "$TMETA" | sed -E 's/.*==([0-9]+)\..*/\1/')
@@ -115,7 +118,8 @@ rm -f "$DEST"/part_* "$DEST/manifest"
 tar cf "$C/bundle.tar" -C "$C" vllm-min.tar.xz wheels sdist
 split -b "${PART_MIB}M" -d -a 2 "$C/bundle.tar" "$DEST/part_"
 { echo "parts $(ls "$DEST"/part_* | wc -l)"; echo "sha256 $(sha256sum "$C/bundle.tar" | cut -d' ' -f1)";
-  echo "vllm $VERSION"; echo "torch $TORCH"; } > "$DEST/manifest"
+  echo "vllm $VERSION"; ls "$C"/wheels/torch-"$TORCH"-*.whl >/dev/null 2>&1 && echo "torch $TORCH" ||
+  echo "torch host $HOST_TORCH (vLLM pins $TORCH)"; } > "$DEST/manifest"
 sed -e "s#T=/tmp/gpu-stage;#T=/tmp/gpu-stage-vllm-$VERSION;#" -e "s#SITE=/tmp/site\$#SITE=/tmp/site-vllm-$VERSION#" \
     -e "s#/tmp/gpu-env.sh#/tmp/gpu-env-vllm-$VERSION.sh#g" "$SHARED_GPU/host.sh" > "$DEST/host.sh"
 grep -q "/tmp/site-vllm-$VERSION" "$DEST/host.sh" || { echo "stage_vllm: $SHARED_GPU/host.sh changed: its SITE line was not rewritten" >&2; exit 1; }

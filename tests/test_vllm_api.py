@@ -92,3 +92,9 @@ def test_bad_versions_are_one_line():
         facts_for("main")
     with pytest.raises(AttributeError, match="no vLLM fact 'reload_mod'"):
         facts_for("0.30.0").reload_mod
+
+
+def test_the_docs_table_names_every_fact():
+    doc = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "engines.md")).read()
+    missing = [n for n in FACTS if f"`{n}`" not in doc]
+    assert not missing, f"docs/engines.md does not name the vLLM facts {missing}"
