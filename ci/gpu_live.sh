@@ -4,7 +4,8 @@
 # moe: 2 steps, then the expert-specific fault and a scale fault; scale: Qwen3-8B / Qwen3-30B-A3B shapes cut to a
 # few layers on the device path, with faults at that size. JSON reports under ${OUT:-./gpu-results}.
 set -uo pipefail
-[[ -f /tmp/gpu-env.sh ]] && source /tmp/gpu-env.sh
+GPU_ENV=${GPU_ENV:-/tmp/gpu-env.sh}     # another staged vLLM: GPU_ENV=/tmp/gpu-env-vllm-VERSION.sh (ci/stage_vllm.sh)
+[[ -f $GPU_ENV ]] && source "$GPU_ENV"
 OUTDIR=${OUT:-$PWD/gpu-results}; mkdir -p "$OUTDIR"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

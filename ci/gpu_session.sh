@@ -1,11 +1,12 @@
 #!/bin/bash
 # The GPU test session, phase by phase: bash ci/gpu_session.sh PHASE [PHASE ...]   (or: all)
-# Phases: numerics conformance-dense conformance-moe live serving user online precisions triton kernels checkkernels scale.
-# Each phase is one pytest process
+# Phases: numerics conformance-dense conformance-moe live serving user versions online precisions triton kernels checkkernels
+# scale. Each phase is one pytest process
 # with its own time limit (well inside 9 minutes), engines shared within it and released at its end, and prints
 # its own summary line. Logs and every measured figure (JSON lines) go under ${OUT:-./gpu-results}.
 set -uo pipefail
-[[ -f /tmp/gpu-env.sh ]] && source /tmp/gpu-env.sh
+GPU_ENV=${GPU_ENV:-/tmp/gpu-env.sh}     # another staged vLLM: GPU_ENV=/tmp/gpu-env-vllm-VERSION.sh (ci/stage_vllm.sh)
+[[ -f $GPU_ENV ]] && source "$GPU_ENV"
 OUTDIR=${OUT:-$PWD/gpu-results}; mkdir -p "$OUTDIR"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -16,6 +17,7 @@ declare -A FILES=(
   [live]="tests/gpu/test_live.py"
   [serving]="tests/gpu/test_serving.py"
   [user]="tests/gpu/test_user_engine.py"
+  [versions]="tests/gpu/test_vllm_versions.py"
   [online]="tests/gpu/test_te_delayed_conformance.py tests/gpu/test_vllm_online_conformance.py tests/gpu/test_online_engine.py tests/gpu/test_nemo_rl_engine.py"
   [precisions]="tests/gpu/test_live_precisions.py"
   [precisions-rest]="tests/gpu/test_live_precisions.py -k online-per-block_or_tiny-dense-none"
@@ -24,7 +26,7 @@ declare -A FILES=(
   [checkkernels]="tests/gpu/test_check_kernels.py"
   [scale]="tests/gpu/test_real_scale.py"
 )
-ORDER="numerics conformance-dense conformance-moe live serving user online precisions triton kernels checkkernels scale"
+ORDER="numerics conformance-dense conformance-moe live serving user versions online precisions triton kernels checkkernels scale"
 PHASES="$*"; [[ -z "$PHASES" || "$PHASES" == all ]] && PHASES=$ORDER
 rc=0
 for ph in $PHASES; do

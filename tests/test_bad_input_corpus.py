@@ -144,6 +144,19 @@ def test_manifest_type_errors_name_the_key(snapdir, tmp_path):
         assert_clean_failure(rc, err, "manifest.json", key)
 
 
+@pytest.mark.parametrize("reload,key", [({"mode": "sideways"}, "reload mode 'sideways'"),
+                                        ({"mode": "direct", "rollback": "no"}, "rollout.reload.rollback"),
+                                        ("direct", "rollout.reload")])
+def test_a_bad_reload_declaration_names_the_key(snapdir, tmp_path, reload, key):
+    d = clone(snapdir, tmp_path / "s")
+    mp = os.path.join(d, "manifest.json")
+    m = json.load(open(mp))
+    m["rollout"]["reload"] = reload
+    json.dump(m, open(mp, "w"))
+    rc, _, err = run(["verify", str(d)])
+    assert_clean_failure(rc, err, "manifest.json", key)
+
+
 def _edit_rollout(d, fn):
     p = os.path.join(d, "rollout.safetensors")
     t = load_file(p)

@@ -43,6 +43,8 @@ def fake_vllm_module(monkeypatch):
     envs.VLLM_USE_DEEP_GEMM_E8M0 = env["VLLM_USE_DEEP_GEMM_E8M0"] == "1"
     monkeypatch.setitem(sys.modules, "vllm.envs", envs)
     monkeypatch.setattr(sys.modules["vllm"], "envs", envs, raising=False)
+    # the release the adapter's facts are read for (harness.engines.vllm_api)
+    monkeypatch.setattr(sys.modules["vllm"], "__version__", "0.26.0", raising=False)
 
 
 class Layer(torch.nn.Module):

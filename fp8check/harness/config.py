@@ -15,7 +15,7 @@ from .models import LINEAR, ModelError, ModelSpec, get_model
 
 SYNC_MODES = ("onpolicy", "naive")
 _LAYOUTS: dict = {}      # SyncConfig.layout's memo: (its arguments) -> (the spec, the map)
-INSTALL_PATHS = ("reload", "load_weights")
+INSTALL_PATHS = ("reload", "load_weights", "weight_source")
 # how the engine gets its FP8 weights: a block-FP8 checkpoint it is synced into as-is; BF16 it quantizes itself,
 # with vLLM's `fp8_per_block` (per_block_cast_to_fp8, 128x128, each fused parameter whole) or vLLM's `fp8` (one
 # dynamic scale per fused parameter; TRL's and SkyRL's naive FP8 rollout), or -- a block-FP8 checkpoint engine
@@ -63,7 +63,8 @@ class RolloutConfig:
     # VLLM_USE_DEEP_GEMM_E8M0: requantize block weights (and round activation scales) to UE8M0. None: the
     # setting that keeps the recipe on-policy (off for FP32 scales, on for power-of-two); vLLM's own default is on
     deep_gemm_e8m0: bool | None = None
-    install: str = "reload"          # reload (layerwise reload_weights) | load_weights (direct, first load only)
+    install: str = "reload"          # reload (layerwise reload_weights) | load_weights (direct, first load only) |
+    #                                  weight_source (vLLM 0.27+'s trainer-side transfer: a WeightSource, send_weights)
     moe_backend: str = "triton"      # sm90 default for block-FP8 MoE; "deep_gemm" when VLLM_USE_DEEP_GEMM is exported
     weight_block_size: tuple | None = None   # engine quantization_config.weight_block_size; None: the recipe's
     # how the engine serves (the engine as RL stacks run it)

@@ -22,6 +22,8 @@ from .sync.transport import ReceiveReport
 POST_LOAD_KINDS = ("identity", "ue8m0_requant")
 # declared activation quantizers of an engine's FP8 GEMMs (harness.numerics.forward implements each kind)
 ACT_QUANT_KINDS = ("te", "te-delayed", "vllm", "vllm-ue8m0", "vllm-per-token", "mxfp8", "none")
+# how an engine installs an update (ReloadContract.mode)
+RELOAD_MODES = ("layerwise", "direct")
 
 
 @dataclass
@@ -79,6 +81,25 @@ class PostLoad:
     def __post_init__(self):
         if self.kind not in POST_LOAD_KINDS:
             raise SchemaError(f"post_load.kind {self.kind!r} is not one of {POST_LOAD_KINDS}")
+
+
+@dataclass
+class ReloadContract:
+    """How the engine installs an update, as it declares it. `layerwise` (vLLM's default): each layer is restored to
+    its checkpoint form, loaded, post-processed and copied into place; a layer the update does not touch keeps its
+    weights, a failed one is left unmaterialized (visible). `direct` (vLLM 0.34+, VLLM_RELOAD_MODE=direct): the
+    checkpoint bytes are written into the live tensors and post-load processing reruns over the whole model; there
+    is no rollback, and vLLM does not check its delivery contract (every checkpoint tensor of each module is
+    delivered). `reprocesses_undelivered`: post-load runs over modules the update did not deliver; `rollback`: a
+    failed update leaves weights the engine can serve."""
+    mode: str = "layerwise"
+    reprocesses_undelivered: bool = False
+    rollback: bool = True
+    source: str = ""                    # where the declaration comes from (the engine release, its setting)
+
+    def __post_init__(self):
+        if self.mode not in RELOAD_MODES:
+            raise SchemaError(f"reload mode {self.mode!r} is not one of {RELOAD_MODES}")
 
 
 @dataclass
@@ -144,6 +165,7 @@ class EngineRecord:
     post_load: PostLoad = field(default_factory=PostLoad)
     act_quant: str = "none"
     serving: ServingState | None = None
+    reload: ReloadContract | None = None             # how it installs (None: not declared; S7 reads it)
     observed: bool = False                           # a sync fp8check did not carry (a user's own): no versions,
     #                                                  no re-sync; the update is what the engine's hooks counted
     seconds: dict[str, float] = field(default_factory=dict)   # where producing this record took time in the
@@ -211,4 +233,4 @@ class PayloadMeta:
 
 
 __all__ = ["ACT_QUANT_KINDS", "DigestProof", "EngineRecord", "Generation", "KVScale", "Outputs", "POST_LOAD_KINDS", "PayloadMeta",
-           "PostLoad", "Resync", "SchemaError", "ServingState", "TrainerRecord", "UpdateRecord", "WakeEvent"]
+           "PostLoad", "RELOAD_MODES", "ReloadContract", "Resync", "SchemaError", "ServingState", "TrainerRecord", "UpdateRecord", "WakeEvent"]

@@ -64,6 +64,8 @@ def from_data(tp, value, where: str):
                 return from_data(a, value, where)
             except SchemaError as e:
                 errors.append(e)
+        if len(errors) == 1:        # one candidate (`X | None`): its own error names the key inside it
+            raise errors[0]
         raise SchemaError(f"{where} must be {_name(tp)}, got {_kind(value)}")
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):

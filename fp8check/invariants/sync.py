@@ -721,6 +721,30 @@ def s6_exclusion(ctx: CheckContext):
 
 
 # -- S7 -----------------------------------------------------------------------------------------------------------
+def _reload_contract(meta, last) -> list:
+    """What an engine's declared reload (EngineRecord.reload) adds to S7: where post-load processing reruns over
+    modules the update did not deliver (vLLM's VLLM_RELOAD_MODE=direct), every module must be delivered whole; where
+    a failed update has no rollback, the engine holds no servable weights until a full update, and a generation
+    since is served from them."""
+    rc = meta.reload
+    if rc is None:
+        return []
+    out = []
+    why = f"{rc.mode} reload ({rc.source})" if rc.source else f"{rc.mode} reload"
+    if rc.reprocesses_undelivered and last is not None:
+        for mod in sorted(set(last.untouched) | set(last.partial)):
+            what = "not delivered" if mod in last.untouched else "delivered in part"
+            out.append(fail("S7", mod, f"{what} by this update, and the {why} reran its post-load processing over "
+                                       "the bytes it holds (every checkpoint tensor of each module must be delivered)"))
+    if not rc.rollback and meta.errors:
+        out.append(fail("S7", None, f"the update failed under the {why}, which has no rollback: the engine holds "
+                                    "half-written weights until a full update succeeds"))
+        if meta.generations:
+            out.append(fail("S7", None, f"{len(meta.generations)} generation(s) served after a failed update with "
+                                        "no rollback"))
+    return out
+
+
 @invariant("S7", "sync", "lifecycle and atomicity",
            "post-load processing runs exactly once per complete update; parameters stay in place (same storage); "
            "syncing the same weights twice is idempotent; every engine and rank serves one version; no "
@@ -745,6 +769,7 @@ def s7_lifecycle(ctx: CheckContext):
                 what = "skipped" if c == 0 else f"ran {c} times"
                 out.append(fail("S7", mod, f"post-load processing {what} (must run exactly once per update)",
                                 count=c))
+    out += _reload_contract(meta, last)
     if meta.storage_moved is not None:
         for n in meta.storage_moved:
             out.append(fail("S7", n, "parameter storage replaced: captured CUDA graphs still read the old tensor"))

@@ -103,8 +103,10 @@ REQUIRED = {
 }
 ATTRIBUTES = {"trainer": ("engine",), "rollout": ("engine", "knobs")}
 # optional: `record_and_digests()` -> (record(), state_digests()) in one call (an engine in another process: one
-# round trip, and its digests computed while the record's host reads run); `harness.engines.remote.offers` asks
-OPTIONAL = {"trainer": (), "rollout": ("record_and_digests",)}
+# round trip, and its digests computed while the record's host reads run); `weight_checksums()` / `reset_weights()`:
+# vLLM's own weight checker (0.32+, or the CPU mirror's), the second oracle of e2e.oracles;
+# `harness.engines.remote.offers` asks
+OPTIONAL = {"trainer": (), "rollout": ("record_and_digests", "weight_checksums", "reset_weights")}
 
 
 def missing_surface(kind: str, cls) -> list[str]:

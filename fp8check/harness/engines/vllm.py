@@ -1,4 +1,4 @@
-"""vLLM 0.26 as a rollout engine (the protocol in harness.engines.protocol), serving a model as the config's
+"""vLLM as a rollout engine (the protocol in harness.engines.protocol), serving a model as the config's
 `rollout.quantization` says: a block-FP8 checkpoint (`checkpoint`), a BF16 checkpoint it quantizes itself
 (`online-per-tensor`: `quantization="fp8"`; `online-per-block`: `"fp8_per_block"`), a block-FP8 checkpoint whose
 load path quantizes each BF16 tensor by NeMo RL's rule (`nemo-rl-blockwise`), or BF16 (`none`).
@@ -6,9 +6,13 @@ load path quantizes each BF16 tensor by NeMo RL's rule (`nemo-rl-blockwise`), or
 The engine starts from dummy weights with `quantization_config` from the SyncConfig (block shape, exclusion set
 as `ignored_layers`; none for the other three) and fp8check's worker extension (harness.engines.vllm_extension:
 the same methods a user's own engine gets with one engine argument), and receives syncs through vLLM's own layerwise reload
-(`worker.model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`). Everything it reports is
-read back from the workers: parameter bytes and digests, data pointers, how many times each layer's
+(`worker.model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`), or through vLLM's own
+trainer-side weight transfer (`rollout.install=weight_source`: harness.engines.vllm_transfer). Everything it reports
+is read back from the workers: parameter bytes and digests, data pointers, how many times each layer's
 `process_weights_after_loading` ran. Reading never changes engine state.
+
+Releases 0.26 to 0.34: the adapter reads `vllm.__version__` when it starts and takes every difference between
+releases from harness.engines.vllm_api (`self.facts`); nothing here compares versions.
 
 Environment (read by vLLM when it starts, so the process is started with it: the registry's `env`):
 VLLM_USE_DEEP_GEMM, VLLM_USE_DEEP_GEMM_E8M0 from the config.
@@ -26,8 +30,10 @@ import torch
 from ..config import CHECKPOINT_FORMAT_ENGINES, ENGINE_QUANTIZATION, SyncConfig
 from ..layouts import engine_module, rank_name, weight_of_scale
 from ..numerics.settings import read_settings
-from ..record import EngineRecord, Generation, KVScale, Outputs, ServingState, UpdateRecord, WakeEvent
+from ..record import (EngineRecord, Generation, KVScale, Outputs, ReloadContract, ServingState, UpdateRecord,
+                      WakeEvent)
 from .protocol import EngineError
+from .vllm_api import UnsupportedVLLM, engine_facts
 from .versions import param_versions, served_versions, versions_meta
 from .vllm_extension import TEST_EXTENSION
 from .vllm_numerics import declared_act_quant, declared_post_load
@@ -93,6 +99,27 @@ def write_model_dir(config: SyncConfig, path: str, ignored_layers=None) -> str:
     return path
 
 
+def release_refuses(config: SyncConfig, facts) -> str | None:
+    """Why this vLLM release cannot run `config` as fp8check judges it (None: it can)."""
+    if config.rollout.quantization == "online-per-tensor" and config.rollout.tp_size > 1 \
+            and facts.online_per_tensor_scale == "tp-group":
+        return (f"rollout.quantization=online-per-tensor with tp_size {config.rollout.tp_size}: vLLM "
+                f"{facts.version} takes one scale over the tensor-parallel group, fp8check's mirror one per rank; "
+                f"use tp_size 1 or rollout.quantization=online-per-block")
+    if config.rollout.install == "weight_source" and facts.trainer_transfer is None:
+        return (f"rollout.install=weight_source: vLLM {facts.version} has no trainer-side weight transfer engine "
+                f"(0.27+); use rollout.install=reload")
+    return None
+
+
+def reload_contract(facts, env_mode: str | None) -> ReloadContract:
+    """The engine's declared reload (EngineRecord.reload, read by S7) from its release and its VLLM_RELOAD_MODE."""
+    if facts.direct_reload(env_mode):
+        return ReloadContract("direct", reprocesses_undelivered=True, rollback=False,
+                              source=f"vLLM {facts.version}, VLLM_RELOAD_MODE=direct")
+    return ReloadContract("layerwise", source=f"vLLM {facts.version}")
+
+
 def serving_kwargs(config: SyncConfig) -> dict:
     """vllm.LLM arguments for how the config says the engine serves. CUDA graphs without torch.compile
     (`mode` 0 keeps eager's kernels; vLLM silently drops PIECEWISE graphs then, so FULL graphs are asked for),
@@ -113,18 +140,28 @@ def _kv(d: dict) -> dict:
 
 class VLLMEngine:
     """One vLLM engine in this process (the remote wrapper runs it inside a Ray actor)."""
-    engine = "vllm-0.26"
+    engine = "vllm"                          # an instance's: vllm-<release> (harness.engines.vllm_api)
     quantizations = ENGINE_QUANTIZATION     # it serves every rollout.quantization
     knobs = frozenset(("post_process_repeats", "detach_on_install", "kv_scale_placeholder", "realloc_buffer",
                        "keep_prefix_cache", "logit_scale"))
 
     def __init__(self, config: SyncConfig, workdir: str | None = None, gpu_memory_utilization: float = 0.12,
-                 seed: int = 0, ignored_layers=None, llm=None, observe_only: bool = False, **llm_kwargs):
+                 seed: int = 0, ignored_layers=None, llm=None, observe_only: bool = False, facts=None,
+                 **llm_kwargs):
         """`llm`: an engine someone else built (it must carry fp8check's worker extension); otherwise one is
         started for `config`. `observe_only`: read, never set anything (a user's engine: no KV-scale pinning,
-        versions not claimed). `llm_kwargs` go to vllm.LLM (e.g. enforce_eager=False, kv_cache_dtype)."""
+        versions not claimed). `facts`: the release's facts (default: read from the installed vLLM).
+        `llm_kwargs` go to vllm.LLM (e.g. enforce_eager=False, kv_cache_dtype)."""
         if config.calibrated_kv:
             raise EngineError(CALIBRATED_KV_UNSUPPORTED)
+        try:
+            self.facts = facts if facts is not None else engine_facts()
+        except UnsupportedVLLM as e:
+            raise UnsupportedEngine(str(e)) from None
+        self.engine = f"vllm-{self.facts.version}"
+        refused = release_refuses(config, self.facts)
+        if refused:
+            raise UnsupportedEngine(refused)
         self.config = config
         self.observe_only = observe_only
         self.tp = config.rollout.tp_size
@@ -149,11 +186,17 @@ class VLLMEngine:
                       worker_extension_cls=TEST_EXTENSION)    # fp8check's own engine: it syncs
             if config.rollout.quantization in VLLM_ONLINE_QUANTIZATION:   # BF16 checkpoint, vLLM quantizes it
                 kw["quantization"] = VLLM_ONLINE_QUANTIZATION[config.rollout.quantization]
+            if config.rollout.install == "weight_source":      # vLLM's own transfer receives (CUDA IPC)
+                kw["weight_transfer_config"] = {"backend": "ipc"}
             kw.update(llm_kwargs)
             llm = LLM(**kw)
         self.llm = llm
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         self.layers = self.rpc("fp8check_instrument")[0]
+        self._members = {}                  # layer -> its parameters (the layout's), for a whole-model reload
+        for n in config.layout.vllm_param_shapes(0):
+            self._members.setdefault(engine_module(n), []).append(n)
+        self._reload = reload_contract(self.facts, self.rpc("fp8check_settings")[0].get("reload_mode"))
         self.rpc("fp8check_warm")                  # the digest kernels compiled now, not in the first sync
         self.versions: list[dict] = [defaultdict(set) for _ in range(self.tp)]
         self.updates: list[UpdateRecord] = []
@@ -210,6 +253,8 @@ class VLLMEngine:
         try:
             if direct or self.config.rollout.install == "load_weights":
                 self.rpc("fp8check_load_direct", wire)
+            elif self.config.rollout.install == "weight_source":
+                self._send_weights(items)
             else:
                 self.rpc("fp8check_reload", wire, bool(knobs.get("detach_on_install", False)))
         except Exception as e:  # noqa: BLE001 - the engine refused; record it like the reference does
@@ -230,6 +275,21 @@ class VLLMEngine:
         fp8 = self.config.engine_fp8_tensors
         return list(load_weights(items, fp8, self.config.engine_recipe))
 
+    def _send_weights(self, items):
+        """vLLM's trainer-side transfer (harness.engines.vllm_transfer) of `items`; what its client log shows went
+        wrong (a round out of order, a tensor not carried) is the engine refusing the update."""
+        from .vllm_transfer import ObservedClient, send_weights
+        client = ObservedClient(self.rpc)
+        try:
+            send_weights(self.facts, client, [(n, t) for n, t, _ in items],
+                         "cuda" if torch.cuda.is_available() else None)
+            raised = []
+        except Exception as e:  # noqa: BLE001 - the engine refused; said after what the log shows the sender did
+            raised = [f"{e.__class__.__name__}: {e}"]
+        problems = client.problems([n for n, _, _ in items]) + raised
+        if problems:
+            raise EngineError("; ".join(problems))
+
     def _begin_update(self, version: int | None, repeats: int = 1) -> UpdateRecord:
         """One update begins: refused while asleep, the post-load counters reset, a fresh record."""
         if self.sleep_level:
@@ -246,20 +306,30 @@ class VLLMEngine:
         return [(n, t) for n, t, _ in items] if self.in_process else encode([(n, t) for n, t, _ in items])
 
     def _close_update(self, rec: UpdateRecord, items):
-        """The update's record from the workers' post-load counters, then the counters reset for the next."""
+        """The update's record from the workers' post-load counters, then the counters reset for the next. Under a
+        reload that post-processes every module (`reprocesses_undelivered`), a module counts as completed when the
+        update delivered all its parameters, partial when some, untouched when none (what the counters cannot
+        tell: every module's post-load runs)."""
+        written = param_versions(self.config, items)
+        whole = self._reload is not None and self._reload.reprocesses_undelivered
         for r, (calls, runs) in enumerate(self.rpc("fp8check_counts")):
             for layer in self.layers:
                 key = rank_name(layer, r, self.tp)
                 rec.post_process[key] = runs.get(layer, 0)
-                (rec.completed if calls.get(layer) else rec.untouched).append(key)
+                if whole:
+                    members = self._members.get(layer, ())
+                    got = sum(1 for n in members if n in written[r])
+                    (rec.completed if got == len(members) else rec.partial if got else rec.untouched).append(key)
+                else:
+                    (rec.completed if calls.get(layer) else rec.untouched).append(key)
         self.rpc("fp8check_reset_counts", 1)
-        for r, vs in enumerate(param_versions(self.config, items)):
+        for r, vs in enumerate(written):
             for n, v in vs.items():
                 self.versions[r][n] = v
 
     def _after_update(self, knobs: dict):
         if not knobs.get("keep_prefix_cache"):
-            self.llm.reset_prefix_cache()        # a weight sync does not reset it in vLLM 0.26
+            self.llm.reset_prefix_cache()        # a weight sync does not reset it (0.26 to 0.34)
         if knobs.get("kv_scale_placeholder") is not None or knobs.get("realloc_buffer"):
             self.rpc("fp8check_serving_fault", knobs)
         if knobs.get("logit_scale") is not None or self._logit_scaled:     # set for this install, reset after
@@ -379,7 +449,7 @@ class VLLMEngine:
             updates=self._observed_update() if self.observe_only else self.updates[-1:],
             generations=list(self.generations), post_load=declared_post_load(self.config, fp8, ue8m0),
             act_quant=declared_act_quant(self.config, ue8m0), serving=self.serving_state(state[0]),
-            observed=self.observe_only)
+            reload=copy(self._reload), observed=self.observe_only)
         # where the record's time went in this process (the worker's reads, rank 0; the RPC; building it)
         rec.seconds = {**{f"worker.{k}": v for k, v in state[0]["seconds"].items()}, "rpc": t1 - t0,
                        "build": time.perf_counter() - t1}
@@ -396,6 +466,26 @@ class VLLMEngine:
                             graph_storage_moved=moved, sleep_level=self.sleep_level, wake=copy(self.wake_event),
                             outputs=self.outputs)
 
+    # -- vLLM's own weight checker (0.32+): the second oracle (e2e.oracles) ------------------------------------------
+    def weight_checksums(self) -> dict[str, str]:
+        """vLLM's `compute_weight_checksums` on every worker, merged: one SHA-256 per parameter (no buffer)."""
+        self._need_checker()
+        out: dict[str, str] = {}
+        for d in self.rpc("compute_weight_checksums"):
+            out.update(d)
+        return out
+
+    def reset_weights(self):
+        """vLLM's `reset_weights`: every parameter zeroed (the weight checker's reset; fp8check's own engine only)."""
+        self._need_checker()
+        if self.observe_only:
+            raise EngineError("reset_weights zeroes the engine's weights: not on an engine fp8check only observes")
+        self.rpc("reset_weights")
+
+    def _need_checker(self):
+        if not self.facts.weight_checksums:
+            raise EngineError(f"vLLM {self.facts.version} has no weight checker (compute_weight_checksums: 0.32+)")
+
     # -- sleep / wake (enable_sleep_mode) ------------------------------------------------------------------------
     def sleep(self, level: int = 1):
         if level not in (1, 2):
@@ -409,7 +499,7 @@ class VLLMEngine:
 
     def wake(self, kv_scales: dict | None = None):
         """Wake every pool (weights first is what vLLM needs after level 2), then what an RL stack does after a
-        wake: KV scales pinned again (vLLM 0.26 resets only k/v on the V1 runner, nothing on V2). `kv_scales` (a
+        wake: KV scales pinned again (what vLLM resets on a wake: vllm_api fact `wake_resets_kv_scales`). `kv_scales` (a
         wake fault, fp8check's own engine): leave these KV-cache scales in every attention layer first."""
         if not self.sleep_level:
             raise EngineError("the engine is not asleep")

@@ -1,4 +1,4 @@
-"""fp8check's vLLM worker extension: one engine argument makes any vLLM 0.26 engine checkable.
+"""fp8check's vLLM worker extension: one engine argument makes any vLLM engine (0.26 to 0.34) checkable.
 
     llm = vllm.LLM(model=..., quantization="fp8", worker_extension_cls=WORKER_EXTENSION)
     llm.collective_rpc("fp8check_digests")      # one result per tensor-parallel rank
@@ -20,6 +20,8 @@ What the kernels read: with CUDA graphs the captured graphs read the parameter s
 were captured, so the extension remembers each parameter's tensor at instrumentation time (`_fp8check_graph`)
 and reads those; a parameter rebound to new storage later is reported as moved (S7), and its new values are not
 what the graphs serve.
+
+What differs between vLLM releases comes from harness.engines.vllm_api, read in the worker's own process.
 """
 from __future__ import annotations
 
@@ -310,7 +312,9 @@ class FP8CheckWorkerExtension:
                 "checkpoint_fp8": getattr(qc, "is_checkpoint_fp8_serialized", None),
                 "kv_cache_dtype": None if cache is None else str(cache.cache_dtype),
                 "VLLM_USE_DEEP_GEMM": bool(envs.VLLM_USE_DEEP_GEMM),
-                "VLLM_USE_DEEP_GEMM_E8M0": bool(envs.VLLM_USE_DEEP_GEMM_E8M0), "ue8m0_in_use": e8m0}
+                "VLLM_USE_DEEP_GEMM_E8M0": bool(envs.VLLM_USE_DEEP_GEMM_E8M0), "ue8m0_in_use": e8m0,
+                # VLLM_RELOAD_MODE as this process resolved it (a release without the setting: None)
+                "reload_mode": getattr(envs, "VLLM_RELOAD_MODE", None)}
 
     def fp8check_read(self, names=None, cuda_graphs: bool = False):
         """Named tensors as the kernels read them, copied to the host (encoded for the RPC)."""
@@ -381,8 +385,8 @@ class FP8CheckTestExtension(FP8CheckWorkerExtension):
             setattr(m, f"_{which}_scale_float", float(value))
 
     def fp8check_pin_kv_scales(self, value: float = 1.0) -> int:
-        """Set every KV-cache scale (and its float / CPU mirrors) to `value`. vLLM 0.26's dummy boot can leave them
-        at a tiny random value."""
+        """Set every KV-cache scale (and its float / CPU mirrors) to `value`. vLLM's dummy boot can leave them at a
+        tiny random value."""
         n = 0
         with torch.no_grad():
             for m in self._fp8check_attention().values():
@@ -448,11 +452,17 @@ class FP8CheckTestExtension(FP8CheckWorkerExtension):
             torch.cuda.synchronize()
         return True
 
-    # vLLM 0.26's own bucketed update (distributed/weight_transfer/ipc_engine.py): one layerwise reload spans the
-    # buckets; a layer is processed when its last element arrives, the rest at finish
+    # vLLM's own bucketed update (distributed/weight_transfer/ipc_engine.py): one reload spans the buckets; in a
+    # layerwise reload a layer is processed when its last element arrives, the rest at finish. The begin / end pair
+    # is the release's (vllm_api fact `reload_lifecycle`: from 0.34 the pair that honours VLLM_RELOAD_MODE)
     def fp8check_start_update(self) -> bool:
-        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-        initialize_layerwise_reload(self._fp8check_model())
+        from .vllm_api import engine_facts
+        if engine_facts().reload_lifecycle == "lifecycle":
+            from vllm.model_executor.model_loader.reload import start_reload
+            start_reload(self._fp8check_model())
+        else:
+            from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+            initialize_layerwise_reload(self._fp8check_model())
         return True
 
     def fp8check_load_bucket(self, items) -> bool:
@@ -463,15 +473,21 @@ class FP8CheckTestExtension(FP8CheckWorkerExtension):
         return True
 
     def fp8check_finish_update(self) -> bool:
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-        finalize_layerwise_reload(self._fp8check_model(), self.model_runner.model_config)
+        from .vllm_api import engine_facts
+        if engine_facts().reload_lifecycle == "lifecycle":
+            from vllm.model_executor.model_loader.reload import finish_reload
+            finish_reload(self._fp8check_model(), self.model_runner.model_config, self._fp8check_device())
+        else:
+            from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+            finalize_layerwise_reload(self._fp8check_model(), self.model_runner.model_config)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         return True
 
     def fp8check_load_direct(self, items) -> list:
-        """The direct path (`model.load_weights`), as some RL stacks call it; vLLM 0.26 refuses it after the first
-        post-load for FP8 linears (their parameters lose their weight loaders)."""
+        """The direct path (`model.load_weights`), as some RL stacks call it; vLLM refuses it after the first
+        post-load for FP8 linears (their parameters lose their weight loaders; VLLM_RELOAD_MODE=direct is a
+        reload mode, not this path)."""
         items = _decode(items)
         dev = next(iter(self._fp8check_params().values())).device
         with torch.no_grad():

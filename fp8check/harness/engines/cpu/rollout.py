@@ -469,6 +469,19 @@ class ReferenceRollout(ServingMirror):
                 poison_(t)
         self.poisoned = True
 
+    # -- vLLM 0.32+'s weight checker, mirrored (harness.engines.vllm_checksum: vLLM's algorithm, not vLLM) --------------
+    def weight_checksums(self) -> dict[str, str]:
+        """What vLLM's `compute_weight_checksums` reports for an engine holding these parameters (the current ones,
+        as `named_parameters()` reads them; every worker's dict merged)."""
+        from ..vllm_checksum import weight_checksums
+        return {k: v for r, ps in enumerate(self.params) for k, v in weight_checksums(ps, tp=r).items()}
+
+    def reset_weights(self):
+        """vLLM's `reset_weights` (`POST /weight_checker {"action": "reset"}`): every parameter zeroed in place."""
+        for params in self.params:
+            for t in params.values():
+                t.zero_()
+
     def quantize_online(self, items):
         """Naive sync: BF16 weights quantized by the engine's own formula (verl's and SkyRL's sender use it)."""
         out = []
