@@ -69,6 +69,10 @@ class LayoutMap:
     # the learner's scale grid: "block" (the recipe) or "tensor" (one scale per Megatron tensor: TE delayed
     # scaling; in checkpoint names each member of a fused tensor carries that one scale, [1])
     trainer_granularity: str = "block"
+    # HF members of a trainer-fused FP8 GEMM that travel and are served in high precision (`SyncConfig.split_tensors`):
+    # smaller than a block and inside one block row of the fused tensor (Qwen3.5's GDN b and a), each reads that
+    # block row's scale in checkpoint names
+    shared_scale_hf: frozenset = frozenset()
     megatron: list = field(init=False)
     megatron_shapes: dict = field(init=False)
     vllm: list = field(init=False)          # per rank: pieces
@@ -113,7 +117,21 @@ class LayoutMap:
         if self.trainer_granularity == "tensor":
             return [Piece(scale_name(p.src), scale_name(p.dst), 0, 0, 1) for p in self.megatron
                     if p.src in self.fp8_megatron]
-        return _scale_pieces(self.megatron, set(self.fp8_megatron), self.block_shape)
+        bn, bk = self.block_shape
+        out = []
+        for p in self.megatron:
+            if p.src not in self.fp8_megatron:
+                continue
+            try:
+                out.append(p.scaled(bn, bk, scale_name(p.src), scale_name(p.dst)))
+            except LayoutError:
+                if p.dst not in self.shared_scale_hf or p.dst_row or p.src_col or p.cols is not None:
+                    raise
+                # the member lies inside the block rows it touches: its scale grid's rows are those block rows
+                first = p.src_row // bn
+                out.append(Piece(scale_name(p.src), scale_name(p.dst), first, 0,
+                                 -(-(p.src_row + p.rows) // bn) - first))
+        return out
 
     def _trainer_scale_shapes(self, shapes: dict, fp8) -> dict:
         if self.trainer_granularity == "tensor":
