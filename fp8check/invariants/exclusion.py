@@ -86,7 +86,7 @@ def split_message(cfg, gemm: str, high: list[str]) -> str:
     members = [p.dst for p in megatron_pieces(cfg.spec)[0] if p.src == gemm]
     short = " | ".join(dict.fromkeys(m.rsplit(".", 2)[-2] for m in members))
     mods = ", ".join(m.rsplit(".", 1)[0] for m in high)
-    return (f"{gemm} [{short}] is one FP8 GEMM in the trainer (Transformer Engine quantizes the fused tensor whole) "
+    return (f"the trainer runs [{short}] as one FP8 GEMM (Transformer Engine quantizes the fused tensor whole) "
             f"while the engine serves {mods} in high precision (the exclusion lists them): the sampler runs those "
             f"members off the learner's policy; exclude the whole fused GEMM or none of it")
 
