@@ -763,7 +763,8 @@ def s6_exclusion(ctx: CheckContext):
 # -- S7 -----------------------------------------------------------------------------------------------------------
 @invariant("S7", "sync", "lifecycle and atomicity",
            "post-load processing runs exactly once per complete update; parameters stay in place (same storage); "
-           "syncing the same weights twice is idempotent; every engine and rank serves one version; no "
+           "syncing the same weights twice leaves every parameter the sync writes unchanged (idempotent); every "
+           "engine and rank serves one version; no "
            "generation runs on a half-installed policy", needs=("rollout",),
            source="fp8check's own")
 def s7_lifecycle(ctx: CheckContext):

@@ -227,6 +227,18 @@ class LayoutMap:
             return [(k, frozenset(v)) for k, v in out.items()]
         return dict(self._memo(("destinations",), make))
 
+    def written_by(self, names) -> frozenset[str]:
+        """The rank-named engine parameters (and scales) every element of which the checkpoint tensors `names`
+        write: each of their layout pieces has its source among them. What a sync leaves in the others is
+        undefined on vLLM 0.26 (its layerwise reload materializes a parameter with `torch.empty_strided` and copies
+        it into the kernel's storage whether or not anything was loaded into every row), so only these are judged
+        by a re-sync's idempotence; S1 names the rest."""
+        names = set(names)
+        sources: dict[str, list] = {}
+        for p in self.rollout_pieces():
+            sources.setdefault(p.dst, []).append(p.src)
+        return frozenset(d for d, srcs in sources.items() if all(s in names for s in srcs))
+
     def ranks_to_params(self, ranks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """Per-rank parameter dicts -> one dict keyed per `rank_name`."""
         return {rank_name(n, r, self.tp): t for r, params in enumerate(ranks) for n, t in params.items()}

@@ -9,7 +9,10 @@ measured on the H200, shared/gpu/README.md):
   stacked-parameter offsets (`param.data.copy_`, which casts dtypes silently), the module's post-load step
   runs once its element count is complete, and the result is copied into the original storage (so captured
   CUDA graphs read the new weights). Loads arriving after a module completed are dropped; a module nobody
-  wrote keeps its old tensors; a partially written one is post-processed with uninitialised rows;
+  wrote keeps its old tensors; a partially written one is post-processed with uninitialised rows (vLLM's come
+  from `torch.empty_strided`, whatever the allocator's block held, other bytes after another reload; the
+  mirror's hold the poison byte, which S1 names; no check reads their value: S7's re-sync compares the
+  parameters a sync writes whole, `LayoutMap.written_by`);
 * post-load on Hopper: identity for CUTLASS and DeepGEMM-FP32; with DeepGEMM + `VLLM_USE_DEEP_GEMM_E8M0=1`
   every eligible block-FP8 linear (N % 64 == 0, K % 128 == 0) is dequantized and requantized with UE8M0
   scales (`requant_weight_ue8m0_inplace`); MoE experts only when the MoE backend is DeepGEMM (the default on
