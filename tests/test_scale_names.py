@@ -49,9 +49,15 @@ def test_mxfp8_scales_under_fp8check_naming_pass():
     ("blockwise-fp32", "_scale", None, "_scale_inv", "float32"),
 ])
 def test_a_wrong_scale_name_is_one_finding_first_with_the_expected_name(recipe, suffix, view, expected, dtype):
+    """First even beside other wire findings (one weight also sent in BF16: S5, S6 at stage wire)."""
     check, t = checker(recipe)
+    q = "model.layers.0.self_attn.q_proj.weight"
+
+    def sync(weights, masters, load):
+        renaming(suffix, view)(weights, masters, lambda items: load([(n, masters[n] if n == q else w)
+                                                                     for n, w in items]))
     with pytest.raises(SyncCheckFailed) as e:
-        check(renaming(suffix, view))
+        check(sync)
     fails = [f for f in e.value.findings if f.verdict == "fail"]
     first = fails[0]
     assert first.invariant_id == "S1" and first.evidence["stage"] == "naming"
@@ -62,6 +68,7 @@ def test_a_wrong_scale_name_is_one_finding_first_with_the_expected_name(recipe, 
     assert len(naming) == 1
     # the "declared tensor not sent" and "sent but unknown" pairs it explains are not reported again
     assert not [f for f in fails if f.invariant_id == "S1" and f.evidence.get("stage") == "wire"]
+    assert {(f.invariant_id, f.tensor) for f in fails if f.evidence.get("stage") == "wire"} >= {("S5", q), ("S6", q)}
 
 
 def test_the_naming_map():
