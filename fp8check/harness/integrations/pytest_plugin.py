@@ -66,7 +66,9 @@ def fp8check_engine(request, fp8check_config):
     if request.config.getoption("--fp8check-live"):
         from fp8check.harness.engines.remote import Remote
         live = request.getfixturevalue("_fp8check_live_engines")
-        key = json.dumps(fp8check_config.to_dict(), sort_keys=True, default=str)
+        # one engine per engine configuration: the learner's settings (fp8_param, precision) do not change it
+        key = json.dumps({k: v for k, v in fp8check_config.to_dict().items() if k != "trainer"}, sort_keys=True,
+                         default=str)
         if key not in live:
             live[key] = Remote("rollout", "vllm", fp8check_config, ray=True, num_gpus=0.05)
         yield live[key]           # every sync poisons it first: a test never sees the previous one's weights
