@@ -281,7 +281,7 @@ def test_examples_pass(path, gpu, env, tmp_path, capsys, clean_env):
 def test_e3_claim_holds_for_the_quantizers_it_names():
     """E3 says a sender using scale_inv = amax/448 (SkyRL's wire, verl's Triton kernel: the formula fp8check's
     engines run for an engine-side quantization) can never give the trainer's bytes: the scales differ in many
-    blocks and a few codes in ten thousand differ. Measured with the two quantizers the project mirrors: Transformer
+    blocks and up to about one code in a thousand differs. Measured with the two quantizers the project mirrors: Transformer
     Engine's (`quantize_blockwise`, byte-exact to TE on the H200) and the senders' amax/448 one
     (`harness.numerics.online.amax_over_448_blockwise`), on
     four random BF16 weights (one of them happens to keep every code)."""

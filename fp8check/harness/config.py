@@ -219,8 +219,36 @@ class SyncConfig:
 
     @cached_property
     def trainer_fp8_tensors(self) -> frozenset[str]:
-        """HF weight names the learner's forward runs as FP8 GEMMs (none for a BF16 learner)."""
-        return self.fp8_tensors if self.trainer_fp8 else frozenset()
+        """HF weight names the learner's forward runs as FP8 GEMMs (none for a BF16 learner): the declared FP8 set
+        closed under the trainer's fusion (`split_tensors`)."""
+        return (self.fp8_tensors | self.split_tensors) if self.trainer_fp8 else frozenset()
+
+    @cached_property
+    def split_tensors(self) -> frozenset[str]:
+        """Members of a GEMM the trainer fuses (Megatron's linear_qkv, linear_fc1, the GDN in_proj [q|k|v|z|b|a])
+        that the exclusion keeps in high precision while another member is FP8. Transformer Engine quantizes the
+        fused tensor whole, so the trainer runs them in FP8 and the engine (whose ignored_layers lists them) in
+        BF16: the exclusion differs per side. Empty for an exclusion closed under the trainer's fusion; judged by
+        X3 and S6 (`trainer_splits`), not refused."""
+        return frozenset(m for members in self.trainer_splits.values() for m in members)
+
+    @cached_property
+    def trainer_splits(self) -> dict[str, tuple[str, ...]]:
+        """Trainer GEMM (Megatron tensor name) -> its members the engine serves in high precision while the trainer
+        quantizes the whole GEMM (see `split_tensors`), in checkpoint order."""
+        from .layouts.megatron import megatron_pieces
+        members: dict[str, list[str]] = {}
+        for p in megatron_pieces(self.spec)[0]:
+            if p.dst not in members.setdefault(p.src, []):
+                members[p.src].append(p.dst)
+        linear = {t.name for t in self.spec.tensors() if t.kind == LINEAR}
+        out = {}
+        for src, ms in members.items():
+            gemm = [m for m in ms if m in linear]
+            hp = tuple(m for m in gemm if m not in self.fp8_tensors)
+            if hp and len(hp) < len(gemm):
+                out[src] = hp
+        return out
 
     @cached_property
     def engine_fp8_tensors(self) -> frozenset[str]:
@@ -278,7 +306,9 @@ class SyncConfig:
 
     @cached_property
     def fp8_tensors(self) -> frozenset[str]:
-        """HF weight names carried as FP8: GEMM weights not matched by an exclusion pattern."""
+        """HF weight names carried as FP8 (the wire's, and a checkpoint engine's: its ignored_layers are the rest):
+        GEMM weights not matched by an exclusion pattern. The trainer's set is this one closed under its fusion
+        (`trainer_fp8_tensors`, `split_tensors`)."""
         return frozenset(t.name for t in self.spec.tensors()
                          if t.kind == LINEAR and not matches_any(t.module, self.exclude_patterns))
 
@@ -359,14 +389,16 @@ class SyncConfig:
         (every sync on the device path) share it, and with it what checks and captures derive from it once
         (`_geometry`, S2's declared parameters), which is pure data of the map."""
         from .layouts import LayoutMap
-        key = (id(self.spec), self.fp8_tensors, tuple(self.recipe.block_shape), self.rollout.tp_size,
-               self.engine_recipe.granularity, self.engine_fp8_tensors, self.trainer_recipe.granularity)
+        trainer_fp8 = self.fp8_tensors | self.split_tensors     # the trainer's side: closed under its fusion
+        key = (id(self.spec), trainer_fp8, tuple(self.recipe.block_shape), self.rollout.tp_size,
+               self.engine_recipe.granularity, self.engine_fp8_tensors, self.trainer_recipe.granularity,
+               self.split_tensors)
         hit = _LAYOUTS.get(key)
         if hit is not None and hit[0] is self.spec:
             return hit[1]
-        layout = LayoutMap(self.spec, self.fp8_tensors, self.recipe.block_shape, tp=self.rollout.tp_size,
+        layout = LayoutMap(self.spec, trainer_fp8, self.recipe.block_shape, tp=self.rollout.tp_size,
                            engine_granularity=self.engine_recipe.granularity, engine_fp8_hf=self.engine_fp8_tensors,
-                           trainer_granularity=self.trainer_recipe.granularity)
+                           trainer_granularity=self.trainer_recipe.granularity, shared_scale_hf=self.split_tensors)
         if len(_LAYOUTS) >= 64:                 # a bounded memo (a fault matrix spans a few dozen)
             _LAYOUTS.pop(next(iter(_LAYOUTS)))
         _LAYOUTS[key] = (self.spec, layout)     # the spec held: its id stays its own

@@ -272,6 +272,18 @@ MODELS: dict[str, ModelSpec] = {
         attn_output_gate=True, live=False,
         default_exclude=("linear_attn.in_proj_qkv", "linear_attn.in_proj_z",
                          "linear_attn.in_proj_a", "linear_attn.in_proj_b")),
+    # Qwen3.5-MoE style hybrid, shaped as Qwen3.5-35B-A3B is (CPU reference only, as tiny-hybrid): a gated delta-net
+    # layer then a gated full-attention layer, each with a routed-expert MLP (8 experts, top-2) and a shared expert
+    # behind its sigmoid gate. vLLM's Qwen3.5 MoE block (Qwen3NextSparseMoeBlock) builds the router `mlp.gate` and
+    # `mlp.shared_expert_gate` with quant_config=None (models/qwen3_next.py:140-154), so both are BF16 everywhere.
+    "tiny-hybrid-moe": ModelSpec(
+        "tiny-hybrid-moe", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", num_kv_heads=2,
+        layer_types=("linear_attention", "full_attention"), linear_num_k_heads=2, linear_num_v_heads=4,
+        attn_output_gate=True, num_experts=8, top_k=2, moe_intermediate_size=256, shared_expert_intermediate_size=256,
+        live=False,
+        default_exclude=("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_a",
+                         "linear_attn.in_proj_b", "mlp.gate", "mlp.shared_expert_gate"),
+        engine_high_precision=("mlp.gate", "mlp.shared_expert_gate")),
     # The end-to-end RL loop's learner (e2e/rl): a Qwen3-style dense model small enough to train on two CPU
     # cores in minutes, every GEMM dim still a multiple of 128 (2 heads of 128, q/k/v/o [256, 256], gate/up
     # [512, 256]: each weight spans several 128x128 blocks). Vocab 128: the digit task's tokens plus unused ones.

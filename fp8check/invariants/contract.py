@@ -43,7 +43,11 @@ def c1_recipe(ctx: CheckContext):
                               "history, not from the master it quantizes; nothing to recompute")]
     from fp8check.harness.bitview import any_of, differs
 
+    joint = _split_blocks(cfg)
+
     def requantized(name):
+        if name in joint:             # a split member sharing its block rows: quantized with its neighbours
+            return _joint_requantized(ctx, joint[name])
         m = ctx.master[name]        # the same values as through fp32, without an fp32 copy of a BF16 master
         return cfg.recipe.quantize_weight(m.float() if cfg.trainer.fp8_param else m.to(torch.bfloat16))
 
@@ -72,7 +76,9 @@ def c1_recipe(ctx: CheckContext):
                                        f"{list(cfg.layout.hf_shapes[name])}", tensor=name))
             known += 1
             continue
-        if name in fused:
+        if name in joint and any(m not in ctx.master for m, _ in joint[name][1]):
+            continue
+        if name in fused and name not in joint:
             steps.append((fused[name], partial(mismatch, name=name, kept=None)))
             n += 1
             continue
@@ -86,6 +92,43 @@ def c1_recipe(ctx: CheckContext):
     if not out and not n:
         return [unknown("C1", "nothing to check: no FP8 weight is in both the master and the trainer snapshot")]
     return out or [passed("C1", f"{n} tensors reproduce under {cfg.recipe.name}")]
+
+
+def _split_blocks(cfg) -> dict:
+    """Split member (`SyncConfig.split_tensors`) -> (itself, [(member, rows)] in the trainer's row order): the
+    members of one fused GEMM whose rows share a block row in the trainer's tensor (Qwen3.5's GDN b|a, the tail of
+    the fused in_proj), where they start on a block boundary and run to the tensor's end, so that quantizing them
+    together is what Transformer Engine did to those block rows."""
+    if not cfg.split_tensors or cfg.recipe.granularity != "block":
+        return {}
+    bn = cfg.recipe.block_shape[0]
+    out = {}
+    for gemm, members in cfg.trainer_splits.items():
+        rows = sorted((p.src_row, p.rows, p.dst) for p in cfg.layout.megatron if p.src == gemm and p.dst in members)
+        contiguous = all(a[0] + a[1] == b[0] for a, b in zip(rows, rows[1:]))
+        if rows and contiguous and rows[0][0] % bn == 0 and rows[-1][0] + rows[-1][1] == \
+                cfg.layout.megatron_shapes[gemm][0]:
+            group = [(dst, n) for _, n, dst in rows]
+            for _, _, dst in rows:
+                out[dst] = (dst, group)
+    return out
+
+
+def _joint_requantized(ctx: CheckContext, entry):
+    """The recipe applied to a split member's block rows as the trainer quantized them (its group's masters
+    stacked): the member's codes and the scale rows of the blocks it lies in."""
+    import torch
+    cfg, (name, group) = ctx.config, entry
+    bn = cfg.recipe.block_shape[0]
+    stacked = torch.cat([ctx.master[m].float() if cfg.trainer.fp8_param else ctx.master[m].to(torch.bfloat16)
+                         for m, _ in group])
+    q, s = cfg.recipe.quantize_weight(stacked)
+    off = 0
+    for m, rows in group:
+        if m == name:
+            return q[off:off + rows], s[off // bn: -(-(off + rows) // bn)]
+        off += rows
+    raise KeyError(name)
 
 
 def _fused_flags(ctx: CheckContext) -> dict:

@@ -80,17 +80,30 @@ def x2_engine_fusion(ctx: CheckContext):
             for g, fp8, hp in _mixed_groups(ctx.config, "vllm:")]
 
 
+def split_message(cfg, gemm: str, high: list[str]) -> str:
+    """What a split of the trainer-fused GEMM `gemm` means, naming the GEMM, its members and those the engine
+    serves in high precision (X3 at configuration time, S6 after a sync)."""
+    members = [p.dst for p in megatron_pieces(cfg.spec)[0] if p.src == gemm]
+    short = " | ".join(dict.fromkeys(m.rsplit(".", 2)[-2] for m in members))
+    mods = ", ".join(m.rsplit(".", 1)[0] for m in high)
+    return (f"the trainer runs [{short}] as one FP8 GEMM (Transformer Engine quantizes the fused tensor whole) "
+            f"while the engine serves {mods} in high precision (the exclusion lists them): the sampler runs those "
+            f"members off the learner's policy; exclude the whole fused GEMM or none of it")
+
+
 @invariant("X3", "exclusion", "closed under the trainer's fusion",
            "GEMMs the trainer fuses (Megatron linear_qkv, linear_fc1, GDN in_proj [q|k|v|z|b|a]) are all FP8 or all "
-           "high precision: a trainer cannot keep part of one GEMM in BF16", live=False,
+           "high precision: a trainer cannot keep part of one GEMM in BF16, so an exclusion that lists part of one "
+           "runs those members in FP8 in the trainer and in high precision in the engine", live=False,
            source="fp8check's own; Megatron-Core fuses linear_qkv, linear_fc1 and the GDN in_proj "
-                  "(megatron/core/ssm/gated_delta_net.py)",
+                  "(megatron/core/ssm/gated_delta_net.py); SkyRL's Qwen3.5 spec keeps GDN in_proj_a / in_proj_b BF16 "
+                  "in vLLM (skyrl/backends/skyrl_train/weight_sync/fp8/models/qwen35.py:45-48, 77-133)",
            why="The trainer quantizes a fused GEMM as one tensor; it cannot keep part of it in BF16 while the engine "
                "does. Exclude the whole fused group.",
            backstop="exclusion_splits_fused_gemm")
 def x3_trainer_fusion(ctx: CheckContext):
-    return [fail("X3", g, f"trainer GEMM mixes FP8 {fp8} and high precision {hp}; exclude all of them or none",
-                 key="exclude") for g, fp8, hp in _mixed_groups(ctx.config, "megatron:")]
+    return [fail("X3", g, split_message(ctx.config, g, hp), key="exclude", fp8=fp8, high_precision=hp)
+            for g, fp8, hp in _mixed_groups(ctx.config, "megatron:")]
 
 
 @invariant("X4", "exclusion", "unquantizable GEMMs are excluded",

@@ -74,6 +74,31 @@ _TRANSFORM_DIFF = IdentityMemo(0)
 
 
 # -- S1 -----------------------------------------------------------------------------------------------------------
+def _misnamed_scales(ctx: CheckContext, counts, want) -> dict:
+    """Scales the wire carries under another stack's naming (`harness.layouts.scale_names`): {sent name: the
+    declared scale it stands for, ..., "finding": the one finding that names the expected naming}; {} when none.
+    One finding for all of them: they are one mistake, and the "not sent" / "unknown" pairs it explains are not
+    reported again."""
+    from fp8check.harness.layouts.scale_names import CANONICAL, misnamed_scale
+    if not counts:
+        return {}
+    gran, out, want_name = ctx.config.recipe.granularity, {}, None
+    for n in counts:
+        m = misnamed_scale(n, gran) if n not in want else None
+        if m is not None and m[0] + CANONICAL in want:
+            out[n] = m[0] + CANONICAL
+            want_name = want_name or (n, m[1], m[2])
+    if not out:
+        return {}
+    sent, expected, dtype = want_name
+    out["finding"] = fail(
+        "S1", sent, f"{len(out)} scale tensor(s) sent under a name the {ctx.config.recipe.name} wire does not use "
+        f"(e.g. {sent}): vLLM 0.26 loads this recipe's scales as {expected} ({dtype}); rename them (the engine "
+        f"has no parameter by the sent name)", stage="naming", expected=expected, dtype=dtype, count=len(out),
+        sent=sorted(out)[:8])
+    return out
+
+
 @invariant("S1", "sync", "coverage",
            "every parameter and scale the sampler reads is written by this sync exactly once; nothing unknown is "
            "sent; no destination keeps its dummy, previous or poisoned value", needs=("rollout",),
@@ -86,13 +111,16 @@ def s1_coverage(ctx: CheckContext):
     want = expected_wire(ctx.config)
     meta, rec = ctx.payload.meta if ctx.payload is not None else None, ctx.rollout.meta
     counts = Counter(r.name for r in meta.records) if meta is not None else None
+    misnamed = _misnamed_scales(ctx, counts, want)
+    if misnamed:
+        out.append(misnamed.pop("finding"))
     for n in want if counts is not None else ():
-        if counts[n] == 0:
+        if counts[n] == 0 and n not in misnamed.values():
             out.append(fail("S1", n, "declared tensor not sent by this sync", stage="wire"))
         elif counts[n] > 1:
             out.append(fail("S1", n, f"sent {counts[n]} times (must be exactly once)", stage="wire"))
     for n in counts or ():
-        if n not in want:
+        if n not in want and n not in misnamed:
             out.append(fail("S1", n, "sent but unknown to the config's layout (no destination)", stage="wire"))
     rcv = meta.receive if meta is not None else None
     for n in (rcv.dropped if rcv else []):
@@ -568,6 +596,13 @@ def s4_layout(ctx: CheckContext):
                               ctx.rollout_hf_errors.get(n, "missing"), stage="engine"))
             continue
         sn = scale_name(n)
+        reference = ctx.trainer[n]
+        if n in cfg.split_tensors:
+            # the trainer's FP8 against the engine's high precision is the declared split (S6's): the engine's layout
+            # of this member is judged against what the sync sent
+            reference = ctx.payload.get(n) if ctx.payload is not None else None
+            if reference is None:
+                continue
         if n not in cfg.fp8_tensors:
             scale_differs = False
         elif sn in ctx.trainer and sn in rhf:
@@ -576,10 +611,10 @@ def s4_layout(ctx: CheckContext):
             scale_differs = True
         n_checked += 1
 
-        def values(out, n=n, r=r):
+        def values(out, n=n, r=r, reference=reference):
             try:
                 er = cfg.engine_recipe              # the engine's grid (per tensor on an online per-tensor engine)
-                e = ctx.trainer_value(n) if n in cfg.fp8_tensors else ctx.trainer[n]
+                e = ctx.trainer_value(n) if n in cfg.fp8_tensors else reference
                 if n in cfg.engine_fp8_tensors:
                     a = er.dequantize_weight(r, rhf[scale_name(n)].to(er.scale_dtype)
                                              if er.scale_dtype == E8M0 else rhf[scale_name(n)].float())
@@ -594,7 +629,7 @@ def s4_layout(ctx: CheckContext):
                 why = diagnose_layout(ctx, n, e.float(), a.float()) if _evidence(out) else None
                 return fail("S4", n, "dequantized rollout weight differs from the trainer's" +
                             (f": {why}" if why else ""), stage="engine", **_where(ctx, n, ev))
-        steps.append((any_of(differs(ctx.trainer[n], r), scale_differs), values))
+        steps.append((any_of(differs(reference, r), scale_differs), values))
     screened(steps, out)
     if not out:
         if not n_checked:
@@ -642,6 +677,8 @@ def s5_dtypes(ctx: CheckContext):
                                 stage="transport"))
     if ctx.trainer is not None:
         for n, dt in want.items():
+            if n in cfg.split_tensors and cfg.trainer_fp8:
+                dt = _dtype(str(cfg.trainer_recipe.fp8_dtype))      # the trainer's side of a declared split (S6)
             if cfg.fp8_on_wire and n in ctx.trainer and _dtype(str(ctx.trainer[n].dtype)) != dt:
                 out.append(fail("S5", n, f"trainer holds {ctx.trainer[n].dtype}, declared {dt}", stage="trainer"))
     fp8_params = cfg.layout.fp8_vllm
@@ -677,6 +714,12 @@ def s6_exclusion(ctx: CheckContext):
     out = []
     cfg = ctx.config
     from fp8check.harness.record import ENGINE_RULE
+    if cfg.trainer_fp8:
+        # the exclusion differs per side by declaration: the trainer quantizes the fused GEMM whole
+        from .exclusion import split_message
+        for gemm, members in cfg.trainer_splits.items():
+            out.append(fail("S6", gemm, split_message(cfg, gemm, list(members)), stage="config",
+                            members=list(members)))
     if ctx.trainer is not None and getattr(ctx.trainer.meta, "engine", None) != ENGINE_RULE:
         # (a reference made by an online engine's own rule holds the engine's FP8 set: nothing of the learner's)
         t_fp8 = {n for n in ctx.trainer.names() if not is_scale_name(n)
@@ -747,7 +790,8 @@ def _reload_contract(meta, last) -> list:
 
 @invariant("S7", "sync", "lifecycle and atomicity",
            "post-load processing runs exactly once per complete update; parameters stay in place (same storage); "
-           "syncing the same weights twice is idempotent; every engine and rank serves one version; no "
+           "syncing the same weights twice leaves every parameter the sync writes unchanged (idempotent); every "
+           "engine and rank serves one version; no "
            "generation runs on a half-installed policy", needs=("rollout",),
            source="fp8check's own")
 def s7_lifecycle(ctx: CheckContext):

@@ -28,10 +28,11 @@ log = logging.getLogger("fp8check")
 STATE_CHECKS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "R1", "R2", "C10")
 
 
-# where a failure is rooted, upstream first: what the user's sync put on the wire explains the engine's refusal
-# and what the trainer copy (check_sync's `expected` is that wire) and the engine then show
+# where a failure is rooted, upstream first: the configuration (an exclusion split per side), then a wire naming
+# the recipe does not use (every "not sent" it explains), then what the user's sync put on the wire, which explains
+# the engine's refusal and what the trainer copy (check_sync's `expected` is that wire) and the engine then show
 SYNC_RAISED = "the sync function raised"
-ROOT_ORDER = ("raised", "config", "wire", "refused", "trainer", "transport", "engine", "serving")
+ROOT_ORDER = ("raised", "config", "naming", "wire", "refused", "trainer", "transport", "engine", "serving")
 
 
 # inside a stage, a dtype (S5) or exclusion (S6) disagreement comes first: a BF16 tensor sent for an FP8 one is

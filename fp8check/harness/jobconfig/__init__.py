@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from ..config import ConfigError, PackingConfig, RolloutConfig, SyncConfig, TrainerConfig, matches
 from ..formats import get_recipe
 from ..models import LINEAR, MODELS, SHIPPED, ModelError, get_model
-from . import stacks
+from . import skyrl_spec, stacks
 from .defaults import STACK_DEFAULTS
 from .keys import (ENV_KNOWN, FP8_PREFIXES, KEY_KINDS, KNOWN, NEMO_VLLM, OPEN_SUBTREES, SKYRL_ENGINE,
                    SKYRL_MEGATRON, SKYRL_QCFG, SKYRL_REF_MEGATRON)
@@ -381,8 +381,9 @@ def _sync_config(r: stacks.Reader, model_name: str) -> SyncConfig:
 
 def _exclusion(r: stacks.Reader, spec) -> tuple[list, bool]:
     """(exclude patterns, keep the model's defaults): the high-precision set of the FP8 the sync carries, as the
-    stack derives it. SkyRL: the model's own set (its FP8 spec lists the same modules); verl and NeMo RL: the
-    ignore list each injects into the engine, plus what the engine always builds unquantized."""
+    stack derives it. SkyRL with an FP8 wire: what its per-model FP8 spec keeps in BF16 (`skyrl_spec`; a model
+    without a spec keeps the model's own set, K19 says SkyRL refuses it); verl and NeMo RL: the ignore list each
+    injects into the engine; each plus what the engine always builds unquantized."""
     job, f, flat = r.job, r.job.facts, r.job.flat
     user = list(flat.get("fp8check.exclude") or [])
     if user:
@@ -405,9 +406,22 @@ def _exclusion(r: stacks.Reader, spec) -> tuple[list, bool]:
         r.fact("ignored_by_kw", by_kw, NEMO_VLLM + "quantization_ignored_layer_kws")
         job.sources["exclude"] = (NEMO_VLLM + "quantization_ignored_layer_kws", f"{len(ign)} module(s)")
         return ign + [m for m in forced if m not in ign] + user, False
-    r.fact("rollout_ignored", None)
+    wire = f["wire"].value if job.stack == "skyrl" and "wire" in f else None
+    spec_excl = skyrl_spec.skyrl_exclusion(spec, wire) if wire else None
+    if spec_excl is not None:
+        # SkyRL's per-model FP8 spec decides what its sync quantizes (and the engine's ignored_layers): X3 and S6
+        # judge that exclusion, which splits the GDN in_proj Megatron quantizes whole
+        r.fact("rollout_ignored", spec_excl, SKYRL_ENGINE + "fp8_weight_sync_mode",
+               f"SkyRL {skyrl_spec.SKYRL_VERSION}'s {spec.model_type} FP8 spec ({skyrl_spec.SPEC_SOURCE})")
+        job.sources["exclude"] = (SKYRL_ENGINE + "fp8_weight_sync_mode",
+                                  f"SkyRL {skyrl_spec.SKYRL_VERSION}'s FP8 spec for {spec.model_type} "
+                                  f"({len(spec_excl)} module(s) in high precision)")
+        excl = spec_excl + [m for m in forced if m not in spec_excl] + user
+    else:
+        r.fact("rollout_ignored", None)
+        excl = None
     ik = SKYRL_QCFG + "ignored_layers"
     if ik in flat:
         r.fact("ignored_layers_override", flat[ik], ik)
-    return user, True
+    return (excl, False) if excl is not None else (user, True)
 

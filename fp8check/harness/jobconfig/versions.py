@@ -9,10 +9,11 @@ history: github.com/NovaSky-AI/SkyRL, tags skyrl-v0.1.0 (2026-03-11), skyrl-v0.2
 """
 from __future__ import annotations
 
-SKYRL_RELEASE = "SkyRL 0.4.0"
+SKYRL_VERSION = "0.4.0"                    # the release every SkyRL rule and table here is read from
+SKYRL_RELEASE = f"SkyRL {SKYRL_VERSION}"
 # the stack -> the version of it pre-flight's rules read (the header of every run names it)
 JUDGED = {
-    "skyrl": f"{SKYRL_RELEASE} (PyPI skyrl==0.4.0)",
+    "skyrl": f"{SKYRL_RELEASE} (PyPI skyrl=={SKYRL_VERSION})",
     "verl": "verl @1dda039b",
     "nemo-rl": "NeMo RL @7ea279ab",
     "fp8check": "fp8check's own keys",

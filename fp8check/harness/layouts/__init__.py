@@ -69,6 +69,10 @@ class LayoutMap:
     # the learner's scale grid: "block" (the recipe) or "tensor" (one scale per Megatron tensor: TE delayed
     # scaling; in checkpoint names each member of a fused tensor carries that one scale, [1])
     trainer_granularity: str = "block"
+    # HF members of a trainer-fused FP8 GEMM that travel and are served in high precision (`SyncConfig.split_tensors`):
+    # smaller than a block and inside one block row of the fused tensor (Qwen3.5's GDN b and a), each reads that
+    # block row's scale in checkpoint names
+    shared_scale_hf: frozenset = frozenset()
     megatron: list = field(init=False)
     megatron_shapes: dict = field(init=False)
     vllm: list = field(init=False)          # per rank: pieces
@@ -113,7 +117,21 @@ class LayoutMap:
         if self.trainer_granularity == "tensor":
             return [Piece(scale_name(p.src), scale_name(p.dst), 0, 0, 1) for p in self.megatron
                     if p.src in self.fp8_megatron]
-        return _scale_pieces(self.megatron, set(self.fp8_megatron), self.block_shape)
+        bn, bk = self.block_shape
+        out = []
+        for p in self.megatron:
+            if p.src not in self.fp8_megatron:
+                continue
+            try:
+                out.append(p.scaled(bn, bk, scale_name(p.src), scale_name(p.dst)))
+            except LayoutError:
+                if p.dst not in self.shared_scale_hf or p.dst_row or p.src_col or p.cols is not None:
+                    raise
+                # the member lies inside the block rows it touches: its scale grid's rows are those block rows
+                first = p.src_row // bn
+                out.append(Piece(scale_name(p.src), scale_name(p.dst), first, 0,
+                                 -(-(p.src_row + p.rows) // bn) - first))
+        return out
 
     def _trainer_scale_shapes(self, shapes: dict, fp8) -> dict:
         if self.trainer_granularity == "tensor":
@@ -208,6 +226,18 @@ class LayoutMap:
                 out.setdefault(p.src, set()).add(p.dst)
             return [(k, frozenset(v)) for k, v in out.items()]
         return dict(self._memo(("destinations",), make))
+
+    def written_by(self, names) -> frozenset[str]:
+        """The rank-named engine parameters (and scales) every element of which the checkpoint tensors `names`
+        write: each of their layout pieces has its source among them. What a sync leaves in the others is
+        undefined on vLLM 0.26 (its layerwise reload materializes a parameter with `torch.empty_strided` and copies
+        it into the kernel's storage whether or not anything was loaded into every row), so only these are judged
+        by a re-sync's idempotence; S1 names the rest."""
+        names = set(names)
+        sources: dict[str, list] = {}
+        for p in self.rollout_pieces():
+            sources.setdefault(p.dst, []).append(p.src)
+        return frozenset(d for d, srcs in sources.items() if all(s in names for s in srcs))
 
     def ranks_to_params(self, ranks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """Per-rank parameter dicts -> one dict keyed per `rank_name`."""

@@ -48,6 +48,8 @@ class ExpectedState(Mapping):
     layout map's own error), which a capture then reads from the engine."""
 
     def __init__(self, config, trainer_hf: dict, post_load):
+        if config.split_tensors:
+            trainer_hf = {**trainer_hf, **split_members_served(config, trainer_hf)}
         self.config, self.trainer_hf, self.post_load = config, trainer_hf, post_load
         self.errors: dict[str, str] = {}
         self._pieces: dict[str, tuple] = {}       # name -> (rank, pieces, shape, fp8 weight or None, where)
@@ -136,6 +138,19 @@ class ExpectedState(Mapping):
 
 
 BUILT_BYTES = 256 << 20
+
+
+def split_members_served(config, trainer_hf) -> dict[str, torch.Tensor]:
+    """The members of a split fused GEMM (`SyncConfig.split_tensors`: FP8 in the trainer, high precision in the
+    engine) as the engine serves them after a sync that sends the trainer's own values: its FP8 forward
+    dequantized, in BF16 (fp8check's own sync sends that; what a user's sends is judged as sent). Members the
+    trainer's tensors lack (or hold without a scale) are left out."""
+    out = {}
+    for n in config.split_tensors:
+        t, s = trainer_hf.get(n), trainer_hf.get(scale_name(n))
+        if t is not None and s is not None and t.element_size() == 1:
+            out[n] = config.trainer_recipe.dequantize_weight(t, s).to(torch.bfloat16)
+    return out
 
 
 def expected_engine_state(config, trainer_hf: dict, post_load) -> dict[str, torch.Tensor]:

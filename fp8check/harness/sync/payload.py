@@ -186,6 +186,9 @@ def build_payload(config: SyncConfig, trainer_hf: dict[str, torch.Tensor], versi
     """
     recipe = config.trainer_recipe
     entries, tensors = [], {}
+    if config.split_tensors:              # a split fused GEMM's high-precision members: the trainer's values in BF16
+        from ..numerics.expected import split_members_served
+        trainer_hf = {**trainer_hf, **split_members_served(config, trainer_hf)}
 
     def add(name, role, t, block=None):
         entries.append((name, role, t, block))
@@ -218,11 +221,16 @@ def payload_from_items(config: SyncConfig, items, version: int) -> Payload:
     user's sync function, or what `check_sync` is told the job meant to install). Each record's role is read from
     the tensor itself, not from the config -- the wire checks (S1, S5, S6) then judge it against the config: a
     one-byte float is FP8 codes, a `*_scale_inv` a block scale, a configured KV-scale name a KV scale, anything
-    else high precision."""
+    else high precision. A scale under a naming the recipe's wire accepts (`harness.layouts.scale_names`: vLLM's
+    and SkyRL's MXFP8 `weight_scale`, uint8) is recorded under fp8check's name, as the same bytes."""
+    from ..layouts.scale_names import canonical_scale
     recs, tensors = [], {}
     block = tuple(config.recipe.block_shape)
     for item in items:
         n, t = str(item[0]), item[1]
+        named = canonical_scale(n, t, config.recipe.granularity)     # a stack's own naming of the recipe's scales
+        if named is not None:
+            n, t = named
         if n in config.kv_scale_names:
             role = ROLE_KV
         elif is_scale_name(n):

@@ -257,7 +257,9 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         before = capture.before_resync(rollout, got)
         try:
             rollout.install(items, version, direct=direct, knobs=knobs)
-            record.resync = Resync(capture.changed(rollout, before))
+            # judged where the sync writes every element (what it leaves unwritten is undefined on vLLM: S1's)
+            written = config.layout.written_by(n for n, *_ in items)
+            record.resync = Resync([n for n in capture.changed(rollout, before) if n in written])
         except Exception as e:  # noqa: BLE001
             record.resync = Resync(error=str(e))
         t["resync"] = time.perf_counter() - t5

@@ -90,7 +90,8 @@ def e3_formulas(ctx: CheckContext):
         w = j.fact("wire")
         return [finding("E3", w.key, w.value, "SkyRL's blockwise wire re-quantizes the BF16 export with "
                         "scale_inv = amax/448 and codes x/scale_inv; Transformer Engine computes scale = 448/amax and "
-                        "x*scale: scales and a few codes in ten thousand differ from the trainer's",
+                        "x*scale: in FP32-scale mode over a third of the block scales differ by an ulp and up to about one "
+                        "code in a thousand by one E4M3 step (examples/skyrl_fp8_sync counts them)",
                         "nothing to set in SkyRL: measure it with `fp8check live` (S2/S3), or sync TE's own codes")]
     if j.stack == "verl" and j.get("engine_quantization") == "fp8":
         k = VERL_RUNTIME_ENV + "VERL_DISABLE_TRITON_FP8"

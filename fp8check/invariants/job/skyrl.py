@@ -7,13 +7,13 @@ from __future__ import annotations
 from fp8check.harness.formats import arch_major
 from fp8check.harness.jobconfig.keys import SKYRL_ENGINE, SKYRL_MEGATRON, SKYRL_QCFG
 from fp8check.harness.jobconfig.stacks import SKYRL_ENGINE_QUANT
+from fp8check.harness.jobconfig.skyrl_spec import SPEC_MODEL_TYPES   # SkyRL's models/qwen35.py:77
 from fp8check.harness.jobconfig.versions import (CFG, FQ, Q, S, SKYRL_PRE_RELEASE, SKYRL_PRE_RELEASE_VERDICT,
                                                  SKYRL_RELEASE, U, V, skyrl_raises, skyrl_source)
 
 from ..base import CheckContext, invariant
 from .common import NEEDS, finding
 
-SPEC_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")   # models/qwen35.py:77
 
 
 def _wire(j):

@@ -9,7 +9,10 @@ measured on the H200, shared/gpu/README.md):
   stacked-parameter offsets (`param.data.copy_`, which casts dtypes silently), the module's post-load step
   runs once its element count is complete, and the result is copied into the original storage (so captured
   CUDA graphs read the new weights). Loads arriving after a module completed are dropped; a module nobody
-  wrote keeps its old tensors; a partially written one is post-processed with uninitialised rows;
+  wrote keeps its old tensors; a partially written one is post-processed with uninitialised rows (vLLM's come
+  from `torch.empty_strided`, whatever the allocator's block held, other bytes after another reload; the
+  mirror's hold the poison byte, which S1 names; no check reads their value: S7's re-sync compares the
+  parameters a sync writes whole, `LayoutMap.written_by`);
 * post-load on Hopper: identity for CUTLASS and DeepGEMM-FP32; with DeepGEMM + `VLLM_USE_DEEP_GEMM_E8M0=1`
   every eligible block-FP8 linear (N % 64 == 0, K % 128 == 0) is dequantized and requantized with UE8M0
   scales (`requant_weight_ue8m0_inplace`); MoE experts only when the MoE backend is DeepGEMM (the default on
@@ -32,6 +35,7 @@ import torch
 from ...config import ENGINE_QUANTIZATION, SyncConfig, matches_any
 from ...digest import state_digest
 from ...formats.bytes import poison_
+from ...layouts.scale_names import canonical_scale
 from ...layouts import (Piece, covers_whole, dst_view, engine_module, is_scale_name, rank_name, scale_name, src_view,
                         weight_of_scale)
 from ...memo import ContentMemo, IdentityMemo, Memo, nbytes
@@ -109,7 +113,7 @@ class _LayerwiseReload:
         eng, rec = self.eng, self.rec
         for item in weights:
             self.loads += 1
-            name, tensor = item[0], item[1]
+            name, tensor = eng._canonical(item[0], item[1])
             ver = item[2] if len(item) > 2 else rec.version
             if self.loads == eng._knobs["generate_during_update"]:   # a scheduler that was not paused
                 eng._serve_generation([[1, 2, 3, 4]])
@@ -326,6 +330,13 @@ class ReferenceRollout(ServingMirror):
         return out
 
     # -- loading -------------------------------------------------------------------------------------------------
+    def _canonical(self, name: str, tensor):
+        """A checkpoint tensor under the name (and dtype) this engine holds it: vLLM 0.26 loads MXFP8 scales as
+        `weight_scale` uint8 (compressed-tensors), which the mirror holds as `weight_scale_inv` E8M0, the same
+        bytes (`harness.layouts.scale_names`); every other name as it is."""
+        named = canonical_scale(name, tensor, self.recipe.granularity)
+        return named if named is not None else (name, tensor)
+
     def _pieces_for(self, name: str, rank: int, rec: UpdateRecord) -> tuple[Piece, ...]:
         """Where a checkpoint tensor goes on one rank; an unknown name is refused, as vLLM's loader does."""
         src_rank = self._shard_rank(name, rank)
@@ -424,7 +435,7 @@ class ReferenceRollout(ServingMirror):
         load stops with AttributeError at the first tensor bound for one; what came before it is written
         as-is, with no post-load, and the rest keeps its old bytes."""
         for item in weights:
-            name, tensor = item[0], item[1]
+            name, tensor = self._canonical(item[0], item[1])
             if name in self.config.kv_scale_names:
                 self._load_kv_scale(name, tensor)
                 continue
