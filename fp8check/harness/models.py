@@ -322,7 +322,9 @@ class ModelSpec:
             c["rope_parameters"] = self.rope_parameters()
         c.update(self.extra.get("hf_config", {}))
         if self.architecture in MULTIMODAL:
-            text = {k: v for k, v in c.items() if k != "architectures"}
+            # the recurrent state in float32, as the released Qwen3.5-35B-A3B config asks (vLLM reads it into
+            # mamba_ssm_cache_dtype: models/config.py:744-768) and the reference forward keeps it
+            text = {"mamba_ssm_dtype": "float32", **{k: v for k, v in c.items() if k != "architectures"}}
             c = {"architectures": [self.architecture], "model_type": MULTIMODAL[self.architecture],
                  "text_config": text, "vision_config": {**VISION_CONFIG, "out_hidden_size": self.hidden_size},
                  "tie_word_embeddings": self.tie_word_embeddings, "torch_dtype": "bfloat16", "dtype": "bfloat16"}
