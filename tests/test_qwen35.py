@@ -427,6 +427,11 @@ def test_spec_from_a_nested_config_reads_the_top_level_architecture_and_v5_rope(
     """A wrapper's config: the architecture from the top level (the text config has none), RoPE theta and the
     partial factor from rope_parameters, layer types from full_attention_interval where they are not listed."""
     assert tiny_moe.architecture == "Qwen3_5MoeForConditionalGeneration" and tiny_moe.is_moe
+    vl = spec_from_hf_config({"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+                              "text_config": {k: v for k, v in TINY_MOE["text_config"].items()
+                                              if k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                       "head_dim", "vocab_size")}}, "vl")
+    assert vl.architecture == "Qwen3VLForConditionalGeneration" and not vl.live      # not a layout fp8check serves
     assert (tiny_moe.rope_theta, tiny_moe.partial_rotary_factor, tiny_moe.rotary_dim) == (1e7, 0.25, 32)
     assert tiny_moe.hf_config()["text_config"]["rope_parameters"]["mrope_section"] == [11, 11, 10]
     inferred = {**TINY_MOE, "text_config": {k: v for k, v in TINY_MOE["text_config"].items() if k != "layer_types"}}
