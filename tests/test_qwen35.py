@@ -448,6 +448,8 @@ def test_a_text_spec_of_qwen35_is_served_as_the_wrapper_and_round_trips():
     s = ModelSpec("t35", "Qwen3_5ForCausalLM", "qwen3_5_text", layer_types=("linear_attention", "full_attention"),
                   num_kv_heads=2, linear_num_k_heads=2, linear_num_v_heads=4, attn_output_gate=True)
     assert s.architecture == "Qwen3_5ForConditionalGeneration" and s.lm_prefix == "model.language_model"
+    # what vLLM's class holds, whatever the hand-built spec says: GemmaRMSNorms, the float32 A_log
+    assert s.zero_centered_norms and s.engine_fp32 == ("linear_attn.A_log",)
     assert s.tensors()[0].name == "model.language_model.embed_tokens.weight"
     spec = get_model("tiny-hybrid")
     back = spec_from_hf_config(spec.hf_config(), "back")
@@ -478,7 +480,8 @@ def test_zero_centered_norms_scale_by_one_plus_weight_except_the_gdn_output_norm
     norm (RMSNormGated: its weight as is), which keeps w."""
     from dataclasses import replace
     spec = get_model("tiny-hybrid")
-    plain = replace(spec, name="tiny-hybrid-plain", zero_centered_norms=False)
+    plain = replace(spec, name="tiny-hybrid-plain", model_type="plain-norms", zero_centered_norms=False)
+    assert spec.zero_centered_norms and not plain.zero_centered_norms
     w = spec.init_weights(7)
     shifted = {n: (t + 1.0 if n.endswith("norm.weight") and ".linear_attn." not in n else t) for n, t in w.items()}
     toks = [3, 17, 99, 5, 1000, 42]

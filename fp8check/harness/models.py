@@ -132,6 +132,14 @@ class ModelSpec:
     def __post_init__(self):
         if self.model_type in SERVED_AS:          # the form vLLM 0.26 serves (SERVED_AS)
             object.__setattr__(self, "architecture", SERVED_AS[self.model_type][0])
+        # what vLLM's classes for these model types hold whatever the spec says (any Qwen3.5 spec, built here or
+        # by hand, is served so): GemmaRMSNorm, the GDN's float32 A_log, a router built without a quant config
+        if self.model_type in ZERO_CENTERED_NORMS:
+            object.__setattr__(self, "zero_centered_norms", True)
+            if self.num_experts and "mlp.gate" not in self.engine_high_precision:
+                object.__setattr__(self, "engine_high_precision", tuple(self.engine_high_precision) + ("mlp.gate",))
+        if self.model_type in SERVED_AS and "linear_attention" in self.layer_types and not self.engine_fp32:
+            object.__setattr__(self, "engine_fp32", ("linear_attn.A_log",))
         if not self.lm_prefix:
             object.__setattr__(self, "lm_prefix", WRAPPED_LM_PREFIX if self.architecture in MULTIMODAL else LM_PREFIX)
         if self.weight_init not in WEIGHT_INITS:
@@ -372,8 +380,7 @@ MODELS: dict[str, ModelSpec] = {
     "tiny-hybrid": ModelSpec(
         "tiny-hybrid", "Qwen3_5ForConditionalGeneration", "qwen3_5_text", num_kv_heads=2,
         layer_types=("linear_attention", "full_attention"), linear_num_k_heads=2, linear_num_v_heads=4,
-        attn_output_gate=True, partial_rotary_factor=0.25, zero_centered_norms=True,
-        engine_fp32=("linear_attn.A_log",),
+        attn_output_gate=True, partial_rotary_factor=0.25,
         default_exclude=("linear_attn.in_proj_qkv", "linear_attn.in_proj_z",
                          "linear_attn.in_proj_a", "linear_attn.in_proj_b")),
     # The end-to-end RL loop's learner (e2e/rl): a Qwen3-style dense model small enough to train on two CPU
