@@ -1,5 +1,6 @@
 #!/bin/bash
-# Qwen3.5 as vLLM 0.26 serves it, on the GPU host: bash ci/gpu_qwen35.sh [a] [b] [c]   (default: a b c, in order)
+# Qwen3.5 as vLLM 0.26 serves it, on the GPU host: bash ci/gpu_qwen35.sh [s] [a] [b] [c]   (default: s a b c)
+#   s  tests/test_qwen35.py's source checks against the installed vLLM 0.26 and transformers (seconds, no GPU)
 #   a  fp8check live --model tiny-hybrid --faults all                        (host path)
 #   b  fp8check live --model qwen3.5-9b --layers 4 --faults real-shape       (device path)
 #   c  fp8check live --model qwen3.5-35b-a3b --layers 2 --faults real-shape  (device path)
@@ -32,8 +33,13 @@ run_step() {     # name, time limit (s), probe arguments, then `fp8check live` a
   fi
 }
 
-for s in ${*:-a b c}; do
+for s in ${*:-s a b c}; do
   case $s in
+    s) echo "=== source: vLLM 0.26's config classes, names and mappers (tests/test_qwen35.py)"
+       timeout 180 python3 -m pytest tests/test_qwen35.py -q -p no:cacheprovider -o addopts="" -rs \
+         -k "vllms or written or registered or prefixes or fusions or float32_a_log or text_only_start" \
+         > "$OUTDIR/pytest-qwen35-source.log" 2>&1 || rc=1
+       tail -4 "$OUTDIR/pytest-qwen35-source.log" ;;
     a) run_step tiny-hybrid "${LIMIT_A:-420}" "tiny-hybrid --sync" --model tiny-hybrid --trainer cpu-reference \
          --recipe blockwise-fp32 --faults all ;;
     b) run_step qwen3.5-9b-4 "${LIMIT_B:-300}" "qwen3.5-9b@4L" --model qwen3.5-9b --layers 4 --trainer cpu-reference \
@@ -41,7 +47,7 @@ for s in ${*:-a b c}; do
     c) run_step qwen3.5-35b-a3b-2 "${LIMIT_C:-360}" "qwen3.5-35b-a3b@2L" --model qwen3.5-35b-a3b --layers 2 \
          --trainer cpu-reference --recipe blockwise-fp32 --device-path on --gpu-memory-utilization 0.25 \
          --faults real-shape ;;
-    *) echo "gpu_qwen35: unknown step $s (steps: a b c)"; exit 2 ;;
+    *) echo "gpu_qwen35: unknown step $s (steps: s a b c)"; exit 2 ;;
   esac
 done
 exit $rc
