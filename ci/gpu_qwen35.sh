@@ -28,7 +28,7 @@ run_step() {     # name, time limit (s), probe arguments, then `fp8check live` a
   if [[ $prc -ne 0 ]]; then
     rc=1
     echo "=== $name: probe ci/qwen35_probe.py $probe"
-    timeout --kill-after=20 240 python3 ci/qwen35_probe.py $probe > "$OUTDIR/probe-$name.log" 2>&1
+    timeout --kill-after=20 "${LIMIT_PROBE:-120}" python3 ci/qwen35_probe.py $probe > "$OUTDIR/probe-$name.log" 2>&1
     grep -v -E "^\(|INFO|WARNING|DEBUG" "$OUTDIR/probe-$name.log" | tail -120
   fi
 }
@@ -42,9 +42,9 @@ for s in ${*:-s a b c}; do
        tail -4 "$OUTDIR/pytest-qwen35-source.log" ;;
     a) run_step tiny-hybrid "${LIMIT_A:-420}" "tiny-hybrid --sync" --model tiny-hybrid --trainer cpu-reference \
          --recipe blockwise-fp32 --faults all ;;
-    b) run_step qwen3.5-9b-4 "${LIMIT_B:-300}" "qwen3.5-9b@4L" --model qwen3.5-9b --layers 4 --trainer cpu-reference \
+    b) run_step qwen3.5-9b-4 "${LIMIT_B:-240}" "qwen3.5-9b@4L" --model qwen3.5-9b --layers 4 --trainer cpu-reference \
          --recipe blockwise-fp32 --device-path on --gpu-memory-utilization 0.25 --faults real-shape ;;
-    c) run_step qwen3.5-35b-a3b-2 "${LIMIT_C:-360}" "qwen3.5-35b-a3b@2L" --model qwen3.5-35b-a3b --layers 2 \
+    c) run_step qwen3.5-35b-a3b-2 "${LIMIT_C:-300}" "qwen3.5-35b-a3b@2L" --model qwen3.5-35b-a3b --layers 2 \
          --trainer cpu-reference --recipe blockwise-fp32 --device-path on --gpu-memory-utilization 0.25 \
          --faults real-shape ;;
     *) echo "gpu_qwen35: unknown step $s (steps: s a b c)"; exit 2 ;;
