@@ -9,13 +9,15 @@ import torch
 
 from fp8check.harness.config import SyncConfig, recommended_config
 from fp8check.harness.engines.registry import make_engine
+from fp8check.harness.models import get_model
 from fp8check.harness.integrations.check import SyncCheckFailed
 from fp8check.harness.integrations.pytest_plugin import SyncChecker
 from fp8check.harness.sync.pipeline import run_sync
 from fp8check.invariants import REGISTRY, CheckContext, run_invariant
 
 SPLIT = ("linear_attn.in_proj_a", "linear_attn.in_proj_b")
-B, A = "model.layers.0.linear_attn.in_proj_b.weight", "model.layers.0.linear_attn.in_proj_a.weight"
+L0 = get_model("tiny-hybrid").layer_prefix(0)            # model.language_model.layers.0. (the served wrapper's names)
+B, A = L0 + "linear_attn.in_proj_b.weight", L0 + "linear_attn.in_proj_a.weight"
 IN_PROJ = "decoder.layers.0.self_attention.in_proj.weight"
 
 
@@ -31,7 +33,7 @@ def test_both_sides_derived_from_one_config(recipe):
     assert cfg.trainer_splits == {IN_PROJ: (B, A)}
     assert {B, A} <= cfg.trainer_fp8_tensors and not {B, A} & cfg.fp8_tensors
     assert {B, A} & cfg.high_precision == {B, A} and not {B, A} & cfg.engine_fp8_tensors
-    assert {"model.layers.0.linear_attn.in_proj_a", "model.layers.0.linear_attn.in_proj_b"} <= set(cfg.ignored_layers)
+    assert {L0 + "linear_attn.in_proj_a", L0 + "linear_attn.in_proj_b"} <= set(cfg.ignored_layers)
     closed = recommended_config("tiny-hybrid", recipe)          # the model's own set: the whole in_proj excluded
     assert not closed.split_tensors and closed.trainer_fp8_tensors == closed.fp8_tensors
 
@@ -55,7 +57,7 @@ def test_preflight_judges_the_split_config_x3_names_the_gemm_and_members():
     fs = [f for f in run_invariant(REGISTRY["X3"], CheckContext(cfg)) if f.verdict == "fail"]
     assert [f.tensor for f in fs] == [IN_PROJ]
     assert "in_proj_qkv | in_proj_z | in_proj_b | in_proj_a" in fs[0].message
-    assert "model.layers.0.linear_attn.in_proj_b" in fs[0].message
+    assert L0 + "linear_attn.in_proj_b" in fs[0].message
 
 
 @pytest.mark.parametrize("model,recipe", [("tiny-hybrid", "blockwise-fp32"), ("tiny-hybrid-moe", "mxfp8")])
@@ -114,7 +116,7 @@ def test_skyrl_job_on_a_qwen35_model_is_judged_by_skyrl_spec(tmp_path, capsys, m
     x3 = [ln for ln in rep["lines"] if ln["rule"] == "X3"]
     assert [ln["level"] for ln in x3] == ["error"]
     assert "[in_proj_qkv | in_proj_z | in_proj_b | in_proj_a]" in x3[0]["why"]
-    assert "model.layers.0.linear_attn.in_proj_a" in x3[0]["why"]
+    assert L0 + "linear_attn.in_proj_a" in x3[0]["why"]
     assert x3[0]["value"].startswith("SkyRL 0.4.0's FP8 spec for qwen3_5_text")
     main(argv[:-2] + ["--set", "trainer.policy.model.path=tiny-dense"])          # no spec: the model's own set
     rep = json.loads(capsys.readouterr().out)

@@ -184,7 +184,7 @@ def test_batched_expert_wire_goes_through_skyrl_receiver_map():
     got = []
     skyrl_sync.receive([(n, t) for n, t in stream if n in batched], got.extend)
     assert len(got) == 6 * spec.num_layers * spec.num_experts
-    assert {n for n, _ in got} == {f"model.layers.{i}.mlp.experts.{e}.{p}.{leaf}" for i in range(spec.num_layers)
+    assert {n for n, _ in got} == {f"{spec.layer_prefix(i)}mlp.experts.{e}.{p}.{leaf}" for i in range(spec.num_layers)
                                    for e in range(spec.num_experts) for p in ("gate_proj", "up_proj", "down_proj")
                                    for leaf in ("weight", "weight_scale_inv")}
 

@@ -122,6 +122,30 @@ def live_faults(config: SyncConfig, engine_knobs=frozenset(), differential: bool
     return [n for n in names if not FAULTS[n].destructive] + [n for n in names if FAULTS[n].destructive]
 
 
+# The faults a live session injects at a real model's shapes (`fp8check live --faults real-shape`, the GPU suite):
+# scales, layouts at real head counts and expert counts, coverage, post-load, and the gated delta-net's own (in_proj
+# member order, A_log / dt_bias). Keyed by shipped config; each must apply at the depths the GPU plans cut to (a
+# Qwen3.5 model's first full-attention layer is layer 3).
+REAL_SHAPE_FAULTS = {
+    "qwen3-8b": ("scale_x2_block", "fp32_scales_rounded_pow2", "megatron_qkv_not_deinterleaved",
+                 "rows_shifted_one_block", "scale_dropped", "postprocess_twice", "stale_layer_unstamped"),
+    "qwen3-30b-a3b": ("experts_permuted", "scale_bit_flip", "scale_dropped", "postprocess_skipped"),
+    "qwen3.5-9b": ("scale_x2_block", "fp32_scales_rounded_pow2", "megatron_qkv_not_deinterleaved",
+                   "rows_shifted_one_block", "scale_dropped", "postprocess_twice", "gdn_in_proj_misordered",
+                   "gdn_a_log_dt_bias_swapped"),
+    "qwen3.5-35b-a3b": ("experts_permuted", "scale_bit_flip", "scale_dropped", "postprocess_skipped",
+                        "gdn_a_log_dt_bias_swapped"),
+}
+
+
+def real_shape_faults(model: str) -> tuple[str, ...]:
+    """The real-shape fault set of a shipped model (`name` or `name@<N>L`); LookupError for another model."""
+    base = model.split("@", 1)[0]
+    if base not in REAL_SHAPE_FAULTS:
+        raise LookupError(f"no real-shape fault set for {model!r}; sets: {', '.join(REAL_SHAPE_FAULTS)}")
+    return REAL_SHAPE_FAULTS[base]
+
+
 # -- configuration changes (config-stage faults and `configure`) ----------------------------------------------------
 def with_config(**kw):
     return lambda c: replace(c, **kw)
@@ -156,8 +180,9 @@ def pick(names: list[str], index: int = 0) -> str:
 
 
 def layer_of(name: str) -> str | None:
-    parts = name.split(".")
-    return ".".join(parts[:3]) + "." if len(parts) > 3 and parts[1] == "layers" else None
+    """The `...layers.N.` prefix of a checkpoint name, None outside the layers."""
+    from fp8check.harness.layouts import split_layer
+    return split_layer(name)[0] or None
 
 
 # -- payload edits (pure) ----------------------------------------------------------------------------------------
@@ -187,5 +212,6 @@ def swap(p: Payload, a: str, b: str) -> Payload:
     return replace_tensor(replace_tensor(p, a, tb), b, ta)
 
 
-__all__ = ["FAULTS", "Fault", "STAGES", "add", "drop", "fp8_targets", "layer_of", "live_faults", "pick", "register",
-           "replace_tensor", "scale_name", "swap", "with_config", "with_rollout", "with_trainer"]
+__all__ = ["FAULTS", "Fault", "REAL_SHAPE_FAULTS", "STAGES", "add", "drop", "fp8_targets", "layer_of", "live_faults",
+           "pick", "real_shape_faults", "register", "replace_tensor", "scale_name", "swap", "with_config",
+           "with_rollout", "with_trainer"]

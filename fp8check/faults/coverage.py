@@ -19,7 +19,7 @@ register(Fault("scale_dropped", "coverage", "payload", ("S1", "S3", "S4"), "one 
 
 
 def _drop_norm(c, p, ctx, layer=0):
-    return drop(p, f"model.layers.{layer}.post_attention_layernorm.weight")
+    return drop(p, f"{c.spec.layer_prefix(layer)}post_attention_layernorm.weight")
 
 
 register(Fault("norm_dropped", "coverage", "payload", ("S1", "S4"), "one RMSNorm weight never sent (keeps its old value)",
@@ -39,7 +39,7 @@ register(Fault("tensor_duplicated", "coverage", "payload", ("S1",),
 
 
 def _unknown(c, p, ctx):
-    return add(p, "model.layers.0.mlp.extra_proj.weight", torch.zeros(128, 128, dtype=torch.bfloat16), "hp")
+    return add(p, f"{c.spec.layer_prefix(0)}mlp.extra_proj.weight", torch.zeros(128, 128, dtype=torch.bfloat16), "hp")
 
 
 register(Fault("unknown_name", "coverage", "payload", ("S1", "S7"), "a tensor the engine has no parameter for",

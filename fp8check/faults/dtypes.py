@@ -67,7 +67,7 @@ register(Fault("zero_sign_canonicalized", "dtypes", "payload", ("S2",),
 
 
 def _hp_as_fp32(c, p, ctx, layer=0):
-    n = f"model.layers.{layer}.input_layernorm.weight"
+    n = f"{c.spec.layer_prefix(layer)}input_layernorm.weight"
     return replace_tensor(p, n, p.tensors[n].float())
 
 

@@ -10,7 +10,7 @@ from .base import Fault, fp8_targets, pick, register
 
 
 def _norm_quantized(c, hf, trainer, layer=0):
-    n = f"model.layers.{layer}.input_layernorm.weight"
+    n = f"{c.spec.layer_prefix(layer)}input_layernorm.weight"
     q, s = quantize_per_tensor(hf[n].float())
     hf[n] = q
     return hf
@@ -77,7 +77,7 @@ register(Fault("model_exclusions_dropped", "exclusion", "config", ("A1",),
 
 
 def _foreign_ignored(c, index=0):
-    return tuple(c.ignored_layers) + ("model.layers.0.mlp.shared_expert_gate_proj",)
+    return tuple(c.ignored_layers) + (f"{c.spec.layer_prefix(0)}mlp.shared_expert_gate_proj",)
 
 
 # vLLM skips names it does not have silently: numerically harmless today, and proof the engine's list is not the

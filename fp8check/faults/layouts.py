@@ -1,5 +1,6 @@
 """Layout faults: transposed square weight, q/k and gate/up swaps, TP shard swap, expert permutation, Megatron
-order not undone, 128-row block shift, 1x128 vs 128x128 grid, TE's padded scale layout on the wire."""
+order not undone (attention q|k|v, the gated delta-net's in_proj members), A_log / dt_bias exchanged, 128-row block
+shift, 1x128 vs 128x128 grid, TE's padded scale layout on the wire."""
 from __future__ import annotations
 
 import torch
@@ -49,7 +50,7 @@ register(Fault("gate_up_swapped", "layouts", "payload", ("S2", "S3", "S4"),
 
 
 def _expert_perm(c, p, ctx, layer=0, a=0, b=1):
-    pre = f"model.layers.{layer}.mlp.experts."
+    pre = f"{c.spec.layer_prefix(layer)}mlp.experts."
     for proj in ("gate_proj", "up_proj", "down_proj"):
         x, y = f"{pre}{a}.{proj}.weight", f"{pre}{b}.{proj}.weight"
         p = swap(swap(p, x, y), scale_name(x), scale_name(y))
@@ -61,12 +62,26 @@ register(Fault("experts_permuted", "layouts", "payload", ("S2", "S3", "S4"),
                applies=lambda c: c.spec.is_moe, silent=True))
 
 
+def _layers_of(c, kind: str) -> list[int]:
+    return [i for i, t in enumerate(c.spec.layer_types) if t == kind]
+
+
+def _layer(c, kind: str, index: int) -> int:
+    """The `index`-th layer of `kind` (full_attention / linear_attention); LookupError where the model has none."""
+    idx = _layers_of(c, kind)
+    if not idx:
+        raise LookupError(f"no {kind} layer in this model")
+    return idx[index % len(idx)]
+
+
 def _megatron_order(c, p, ctx, layer=0):
-    """The sender splits Megatron's linear_qkv as if it were [q; k; v] (per-group interleaving not undone)."""
+    """The sender splits Megatron's linear_qkv as if it were [q; k; v] (per-group interleaving not undone); `layer`:
+    which full-attention layer (the first by default: a hybrid model's is not layer 0)."""
+    layer = _layer(c, "full_attention", layer)
     m = ctx.megatron()
     src = f"decoder.layers.{layer}.self_attention.linear_qkv.weight"
     codes, sc = m[src], m[scale_name(src)]
-    pre = f"model.layers.{layer}.self_attn."
+    pre = f"{c.spec.layer_prefix(layer)}self_attn."
     row = 0
     for proj in ("q_proj", "k_proj", "v_proj"):
         n = pre + proj + ".weight"
@@ -79,8 +94,52 @@ def _megatron_order(c, p, ctx, layer=0):
 
 register(Fault("megatron_qkv_not_deinterleaved", "layouts", "payload", ("S2", "S3", "S4"),
                "linear_qkv exported in Megatron's per-group [q, k, v] order as if it were HF's [q; k; v]",
-               _megatron_order, applies=lambda c: c.recipe.granularity == "block"
-               and c.spec.layer_types[0] == "full_attention" and "model.layers.0.self_attn.q_proj.weight" in c.fp8_tensors,
+               _megatron_order, applies=lambda c: c.recipe.granularity == "block" and bool(_layers_of(c, "full_attention"))
+               and f"{c.spec.layer_prefix(_layer(c, 'full_attention', 0))}self_attn.q_proj.weight" in c.fp8_tensors,
+               silent=True))
+
+
+# -- the gated delta-net (Qwen3.5) ----------------------------------------------------------------------------------
+GDN_IN_PROJ = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")     # Megatron-Core's in_proj row order
+
+
+def _gdn_hp(c) -> bool:
+    """A gated delta-net model whose fused in_proj travels in high precision (fp8check's default exclusion)."""
+    return any(f"{c.spec.layer_prefix(i)}linear_attn.{m}.weight" not in c.fp8_tensors
+               for i in _layers_of(c, "linear_attention") for m in GDN_IN_PROJ)
+
+
+def _in_proj_misordered(c, p, ctx, layer=0):
+    """The sender splits Megatron's fused GDN in_proj as [q|k|v|b|a|z] -- z last, the order a converter written
+    for another layout assumes -- where Megatron-Core's is [q|k|v|z|b|a] (megatron/core/ssm/gated_delta_net/gdn.py,
+    in_proj_split_names): in_proj_qkv keeps its rows, z, b and a are sent other rows of the same GEMM. Every
+    shape and dtype holds."""
+    i = _layer(c, "linear_attention", layer)
+    w = ctx.megatron()[f"decoder.layers.{i}.self_attention.in_proj.weight"]
+    la = f"{c.spec.layer_prefix(i)}linear_attn."
+    rows = {m: p.tensors[la + m + ".weight"].shape[0] for m in GDN_IN_PROJ}
+    row = 0
+    for m in ("in_proj_qkv", "in_proj_b", "in_proj_a", "in_proj_z"):
+        p = replace_tensor(p, la + m + ".weight", w[row:row + rows[m]].contiguous())
+        row += rows[m]
+    return p
+
+
+register(Fault("gdn_in_proj_misordered", "layouts", "payload", ("S4",),
+               "the fused gated delta-net in_proj split in another member order ([q|k|v|b|a|z] for Megatron's "
+               "[q|k|v|z|b|a]): in_proj_z, in_proj_b and in_proj_a sent other rows", _in_proj_misordered,
+               applies=lambda c: bool(_layers_of(c, "linear_attention")) and _gdn_hp(c), silent=True))
+
+
+def _a_log_dt_bias_swapped(c, p, ctx, layer=0):
+    """A_log and dt_bias ([v heads] each) exchanged by the sender's name map."""
+    la = f"{c.spec.layer_prefix(_layer(c, 'linear_attention', layer))}linear_attn."
+    return swap(p, la + "A_log", la + "dt_bias")
+
+
+register(Fault("gdn_a_log_dt_bias_swapped", "layouts", "payload", ("S4",),
+               "a gated delta-net layer's A_log and dt_bias (both [v heads]) exchanged: the decay reads the time-step "
+               "bias and back", _a_log_dt_bias_swapped, applies=lambda c: bool(_layers_of(c, "linear_attention")),
                silent=True))
 
 
@@ -145,9 +204,10 @@ def _pp_double_remap(c, p, ctx, stages=2):
         raise LookupError("one layer: no pipeline stage > 0")
 
     def moved(name):
-        parts = name.split(".")
-        if name.endswith("_scale_inv") and len(parts) > 3 and parts[1] == "layers" and int(parts[2]) >= per_stage:
-            return ".".join(parts[:2] + [str(int(parts[2]) + per_stage)] + parts[3:])
+        i = c.spec.layer_of(name)
+        if name.endswith("_scale_inv") and i is not None and i >= per_stage:
+            pre = c.spec.layer_prefix(i)
+            return c.spec.layer_prefix(i + per_stage) + name[len(pre):]
         return name
     recs = [dc_replace(r, name=moved(r.name)) for r in p.records]
     tensors = {moved(k): v for k, v in p.tensors.items()}

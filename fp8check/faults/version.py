@@ -13,7 +13,7 @@ def _stale_layer(stamp: bool):
         prev = ctx.previous
         if prev is None:
             raise LookupError("no previous step")
-        pre = f"model.layers.{layer}."
+        pre = c.spec.layer_prefix(layer)
         recs, tensors = [], dict(p.tensors)
         for r in p.records:
             if r.name.startswith(pre):

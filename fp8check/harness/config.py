@@ -376,7 +376,7 @@ class SyncConfig:
         """Checkpoint names of the calibrated KV-cache scales one sync carries (none without calibration)."""
         if not self.calibrated_kv:
             return ()
-        return tuple(f"model.layers.{i}.self_attn.{w}_scale" for i, lt in enumerate(self.spec.layer_types)
+        return tuple(f"{self.spec.layer_prefix(i)}self_attn.{w}_scale" for i, lt in enumerate(self.spec.layer_types)
                      if lt == "full_attention" for w in ("k", "v"))
 
     @property

@@ -37,6 +37,28 @@ PARAM = "param"            # other plain parameters (A_log, dt_bias)
 # temperature), norms ~ 1 + N(0, 0.1), A_log / dt_bias and the GDN conv small
 INIT = {LINEAR: (0.0, 0.05), EMBEDDING: (0.0, 0.05), NORM: (1.0, 0.1), PARAM: (0.0, 0.5), CONV: (0.0, 0.3)}
 
+# How vLLM 0.26 serves a Qwen3.5 checkpoint. Its registry has the conditional-generation classes only
+# (model_executor/models/registry.py:573-577), which nest the text config under `text_config` (model_type
+# qwen3_5 / qwen3_5_moe, transformers_utils/configs/qwen3_5*.py) and name the language model's checkpoint tensors
+# `model.language_model.*` (the released checkpoints' names; the class's hf_to_vllm_mapper,
+# model_executor/models/qwen3_vl.py:1705-1711). A spec of a Qwen3.5 text model (its text config's model_type) is
+# served in that form: text model_type -> (registered architecture, top-level model_type).
+SERVED_AS = {"qwen3_5_text": ("Qwen3_5ForConditionalGeneration", "qwen3_5"),
+             "qwen3_5_moe_text": ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe")}
+MULTIMODAL = {arch: top for arch, top in SERVED_AS.values()}     # wrapper architecture -> its top model_type
+LM_PREFIX = "model"                      # checkpoint prefix of a text model's language model
+WRAPPED_LM_PREFIX = "model.language_model"
+# the vision tower a wrapper's config.json must carry (Qwen3_5VisionConfig's fields): never served -- fp8check's
+# engines start with every modality's limit 0, so vLLM builds the tower on the meta device and registers it
+# nowhere (model_executor/models/interfaces.py:257-296, utils.py:687-778) -- but built: every dim a multiple of
+# 128, so a block-FP8 quant config accepts its linears; out_hidden_size is the text model's hidden size
+VISION_CONFIG = {"depth": 1, "hidden_size": 128, "hidden_act": "gelu_pytorch_tanh", "intermediate_size": 256,
+                 "num_heads": 1, "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2,
+                 "temporal_patch_size": 2, "num_position_embeddings": 64}
+# text model types whose RMSNorms scale by 1 + weight (vLLM builds them as GemmaRMSNorm: qwen3_next.py:28,
+# qwen3_5.py:38), except the gated delta-net's output norm (RMSNormGated: weight as is)
+ZERO_CENTERED_NORMS = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+
 # how a model's random masters are drawn (harness.engines.cpu.masters):
 SEQUENTIAL = "sequential"  # one generator through every tensor in checkpoint order: the embedded tiny models (their
 #                            recorded GPU results and fault evidence refer to these exact values)
@@ -84,10 +106,21 @@ class ModelSpec:
     linear_head_dim: int = 128
     linear_conv_kernel: int = 4
     attn_output_gate: bool = False     # Qwen3.5 full attention: q_proj also produces a sigmoid gate
+    partial_rotary_factor: float = 1.0  # rotary embedding on the first head_dim * factor dims of q and k
+    # RMSNorm weights are zero-centered: the norm scales by 1 + weight (Qwen3.5 / Qwen3-Next, Megatron's
+    # layernorm_zero_centered_gamma); the gated delta-net's output norm scales by its weight either way
+    zero_centered_norms: bool = False
     # tensors kept in high precision by default (module-name patterns, see harness.config)
     default_exclude: tuple[str, ...] = ()
     # modules the vLLM model class builds without a quant config, whatever ignored_layers says
     engine_high_precision: tuple[str, ...] = ()
+    # parameters (name patterns) the vLLM model class holds in float32 whatever the checkpoint dtype (the gated
+    # delta-net's A_log: layers/mamba/gdn/qwen_gdn_linear_attn.py:445-450); the wire carries BF16 like every
+    # high-precision tensor, the engine's copy is its exact float32 value
+    engine_fp32: tuple[str, ...] = ()
+    # checkpoint prefix of the language model: `model` (text models), `model.language_model` (a multimodal
+    # wrapper's checkpoint, e.g. Qwen3.5); "" derives it from the architecture
+    lm_prefix: str = ""
     live: bool = True                  # served by vLLM 0.26 on the GPU machine (else CPU reference only)
     weight_init: str = SEQUENTIAL
     # config.json features the tensor set does not model, as (key, why): the dims still feed pre-flight's shape
@@ -97,6 +130,18 @@ class ModelSpec:
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
+        if self.model_type in SERVED_AS:          # the form vLLM 0.26 serves (SERVED_AS)
+            object.__setattr__(self, "architecture", SERVED_AS[self.model_type][0])
+        # what vLLM's classes for these model types hold whatever the spec says (any Qwen3.5 spec, built here or
+        # by hand, is served so): GemmaRMSNorm, the GDN's float32 A_log, a router built without a quant config
+        if self.model_type in ZERO_CENTERED_NORMS:
+            object.__setattr__(self, "zero_centered_norms", True)
+            if self.num_experts and "mlp.gate" not in self.engine_high_precision:
+                object.__setattr__(self, "engine_high_precision", tuple(self.engine_high_precision) + ("mlp.gate",))
+        if self.model_type in SERVED_AS and "linear_attention" in self.layer_types and not self.engine_fp32:
+            object.__setattr__(self, "engine_fp32", ("linear_attn.A_log",))
+        if not self.lm_prefix:
+            object.__setattr__(self, "lm_prefix", WRAPPED_LM_PREFIX if self.architecture in MULTIMODAL else LM_PREFIX)
         if self.weight_init not in WEIGHT_INITS:
             raise ModelError(f"model {self.name!r}: weight_init {self.weight_init!r} is not one of {WEIGHT_INITS}")
         if not self.layer_types:
@@ -117,6 +162,37 @@ class ModelSpec:
             raise ModelError(f"{self.source or self.name}: {key}: {why}; the reference engines cannot sync this "
                              f"model (pre-flight's shape rules still read its dims)")
 
+    # -- checkpoint names outside the per-layer tensors ----------------------------------------------------------
+    def layer_prefix(self, i: int) -> str:
+        """`model.layers.3.` (a wrapper: `model.language_model.layers.3.`)."""
+        return f"{self.lm_prefix}.layers.{i}."
+
+    @property
+    def embed_name(self) -> str:
+        return f"{self.lm_prefix}.embed_tokens.weight"
+
+    @property
+    def final_norm_name(self) -> str:
+        return f"{self.lm_prefix}.norm.weight"
+
+    @property
+    def head_name(self) -> str:
+        """The logits' weight: the lm head, or the embedding when they are tied."""
+        return self.embed_name if self.tie_word_embeddings else "lm_head.weight"
+
+    def layer_of(self, name: str) -> int | None:
+        """The layer index of a checkpoint name, None outside the layers."""
+        pre = self.lm_prefix + ".layers."
+        if not name.startswith(pre):
+            return None
+        head = name[len(pre):].split(".", 1)[0]
+        return int(head) if head.isdigit() else None
+
+    @property
+    def rotary_dim(self) -> int:
+        """Dims of each q / k head the rotary embedding turns (vLLM's get_rope: int(head_dim * factor))."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
     @property
     def linear_key_dim(self) -> int:
         return self.linear_num_k_heads * self.linear_head_dim
@@ -135,9 +211,9 @@ class ModelSpec:
 
     def _build_tensors(self) -> list[TensorSpec]:
         H, D = self.hidden_size, self.head_dim
-        out = [TensorSpec("model.embed_tokens.weight", (self.vocab_size, H), EMBEDDING)]
+        out = [TensorSpec(self.embed_name, (self.vocab_size, H), EMBEDDING)]
         for i, lt in enumerate(self.layer_types):
-            p = f"model.layers.{i}."
+            p = self.layer_prefix(i)
             out.append(TensorSpec(p + "input_layernorm.weight", (H,), NORM))
             if lt == "full_attention":
                 q_rows = self.num_heads * D * (2 if self.attn_output_gate else 1)
@@ -181,7 +257,7 @@ class ModelSpec:
                 out += [TensorSpec(p + "mlp.gate_proj.weight", (I, H), LINEAR),
                         TensorSpec(p + "mlp.up_proj.weight", (I, H), LINEAR),
                         TensorSpec(p + "mlp.down_proj.weight", (H, I), LINEAR)]
-        out.append(TensorSpec("model.norm.weight", (H,), NORM))
+        out.append(TensorSpec(self.final_norm_name, (H,), NORM))
         if not self.tie_word_embeddings:
             out.append(TensorSpec("lm_head.weight", (self.vocab_size, H), EMBEDDING))
         return out
@@ -193,7 +269,7 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, d: dict) -> "ModelSpec":
         d = dict(d)
-        for k in ("layer_types", "default_exclude", "engine_high_precision"):
+        for k in ("layer_types", "default_exclude", "engine_high_precision", "engine_fp32"):
             if k in d:
                 d[k] = tuple(d[k])
         if "unmodelled" in d:
@@ -226,7 +302,9 @@ class ModelSpec:
         return out
 
     def hf_config(self, quantization_config: dict | None = None) -> dict:
-        """HF config.json for the real engines (vLLM builds the model from it; weights come by sync)."""
+        """HF config.json for the real engines (vLLM builds the model from it; weights come by sync). A multimodal
+        wrapper's (`MULTIMODAL`) nests the text model under `text_config` beside a minimal `vision_config`
+        (`VISION_CONFIG`), as the released checkpoints do; `quantization_config` stays at the top."""
         c = {"architectures": [self.architecture], "model_type": self.model_type,
              "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
              "num_hidden_layers": self.num_layers, "num_attention_heads": self.num_heads,
@@ -241,10 +319,41 @@ class ModelSpec:
                      moe_intermediate_size=self.moe_intermediate_size, norm_topk_prob=True,
                      decoder_sparse_step=1, mlp_only_layers=[],
                      shared_expert_intermediate_size=self.shared_expert_intermediate_size)
+        if "linear_attention" in self.layer_types:
+            c.update(layer_types=list(self.layer_types), linear_num_key_heads=self.linear_num_k_heads,
+                     linear_num_value_heads=self.linear_num_v_heads, linear_key_head_dim=self.linear_head_dim,
+                     linear_value_head_dim=self.linear_head_dim, linear_conv_kernel_dim=self.linear_conv_kernel)
+        if self.attn_output_gate:
+            c["attn_output_gate"] = True
+        if self.architecture in MULTIMODAL or self.partial_rotary_factor != 1.0:
+            c["partial_rotary_factor"] = self.partial_rotary_factor
+            c["rope_parameters"] = self.rope_parameters()
         c.update(self.extra.get("hf_config", {}))
+        if self.architecture in MULTIMODAL:
+            # the recurrent state in float32, as the released Qwen3.5-35B-A3B config asks (vLLM reads it into
+            # mamba_ssm_cache_dtype: models/config.py:744-768) and the reference forward keeps it
+            text = {"mamba_ssm_dtype": "float32", **{k: v for k, v in c.items() if k != "architectures"}}
+            c = {"architectures": [self.architecture], "model_type": MULTIMODAL[self.architecture],
+                 "text_config": text, "vision_config": {**VISION_CONFIG, "out_hidden_size": self.hidden_size},
+                 "tie_word_embeddings": self.tie_word_embeddings, "torch_dtype": "bfloat16", "dtype": "bfloat16"}
         if quantization_config is not None:
             c["quantization_config"] = quantization_config
         return c
+
+    def rope_parameters(self) -> dict:
+        """The text config's `rope_parameters`: the source config's where it had them, else plain RoPE on
+        `rotary_dim` dims; a multimodal wrapper's with the interleaved multimodal sections its class expects (T, H,
+        W positions: on text, all three are the token's position, so the rotation is plain RoPE's)."""
+        if "rope_parameters" in self.extra:
+            return dict(self.extra["rope_parameters"])
+        r = {"rope_type": "default", "rope_theta": self.rope_theta}
+        if self.partial_rotary_factor != 1.0:
+            r["partial_rotary_factor"] = self.partial_rotary_factor
+        if self.architecture in MULTIMODAL:
+            half = self.rotary_dim // 2           # the sections split the rotated half-dims (11, 11, 10 of 32)
+            t = -(-half // 3)
+            r.update(mrope_section=[t, t, half - 2 * t], mrope_interleaved=True)
+        return r
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -261,26 +370,28 @@ MODELS: dict[str, ModelSpec] = {
         num_experts=8, top_k=2, moe_intermediate_size=256, shared_expert_intermediate_size=512,
         default_exclude=("mlp.gate", "mlp.shared_expert_gate"),
         engine_high_precision=("mlp.shared_expert_gate",)),
-    # Qwen3.5 style hybrid (CPU reference only: vLLM 0.26 registers Qwen3.5 only as a multimodal model): a gated
-    # delta-net layer, then a gated full-attention layer. vLLM needs in_proj_a / in_proj_b (out dim = v heads) in
-    # BF16; Megatron-Core fuses the whole GDN input projection [q|k|v|z|b|a] into one `in_proj` GEMM, so the
-    # trainer can only keep b/a in BF16 by keeping all of in_proj in BF16: the exclusion set must be closed under
-    # the trainer's fusion (rule X3). conv1d, A_log, dt_bias are not GEMM weights.
+    # Qwen3.5-style hybrid, as vLLM 0.26 serves Qwen3.5 (SERVED_AS: Qwen3_5ForConditionalGeneration, checkpoint
+    # names `model.language_model.*`): a gated delta-net layer, then a gated full-attention layer (q_proj holds a
+    # sigmoid gate per head; RoPE on a quarter of each head), zero-centered RMSNorms. vLLM needs in_proj_a /
+    # in_proj_b (out dim = v heads) in BF16 ("ba_proj doesn't support blockwise fp8 quantization"); Megatron-Core
+    # fuses the whole GDN input projection [q|k|v|z|b|a] into one `in_proj` GEMM, so the trainer can only keep
+    # b/a in BF16 by keeping all of in_proj in BF16: the exclusion set must be closed under the trainer's fusion
+    # (rule X3). conv1d, A_log, dt_bias are not GEMM weights; vLLM holds A_log in float32.
     "tiny-hybrid": ModelSpec(
-        "tiny-hybrid", "Qwen3_5ForCausalLM", "qwen3_5_text", num_kv_heads=2,
+        "tiny-hybrid", "Qwen3_5ForConditionalGeneration", "qwen3_5_text", num_kv_heads=2,
         layer_types=("linear_attention", "full_attention"), linear_num_k_heads=2, linear_num_v_heads=4,
-        attn_output_gate=True, live=False,
+        attn_output_gate=True, partial_rotary_factor=0.25,
         default_exclude=("linear_attn.in_proj_qkv", "linear_attn.in_proj_z",
                          "linear_attn.in_proj_a", "linear_attn.in_proj_b")),
-    # Qwen3.5-MoE style hybrid, shaped as Qwen3.5-35B-A3B is (CPU reference only, as tiny-hybrid): a gated delta-net
+    # Qwen3.5-MoE style hybrid, shaped as Qwen3.5-35B-A3B is (served as Qwen3_5MoeForConditionalGeneration): a gated delta-net
     # layer then a gated full-attention layer, each with a routed-expert MLP (8 experts, top-2) and a shared expert
     # behind its sigmoid gate. vLLM's Qwen3.5 MoE block (Qwen3NextSparseMoeBlock) builds the router `mlp.gate` and
     # `mlp.shared_expert_gate` with quant_config=None (models/qwen3_next.py:140-154), so both are BF16 everywhere.
     "tiny-hybrid-moe": ModelSpec(
-        "tiny-hybrid-moe", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", num_kv_heads=2,
+        "tiny-hybrid-moe", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text", num_kv_heads=2,
         layer_types=("linear_attention", "full_attention"), linear_num_k_heads=2, linear_num_v_heads=4,
-        attn_output_gate=True, num_experts=8, top_k=2, moe_intermediate_size=256, shared_expert_intermediate_size=256,
-        live=False,
+        attn_output_gate=True, partial_rotary_factor=0.25, num_experts=8, top_k=2, moe_intermediate_size=256,
+        shared_expert_intermediate_size=256,
         default_exclude=("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_a",
                          "linear_attn.in_proj_b", "mlp.gate", "mlp.shared_expert_gate"),
         engine_high_precision=("mlp.gate", "mlp.shared_expert_gate")),
@@ -302,12 +413,13 @@ def register_model(spec: ModelSpec) -> ModelSpec:
 
 # -- Hugging Face config.json -> ModelSpec ----------------------------------------------------------------------------
 # architectures whose checkpoint names, fusions and post-load the layouts model and vLLM 0.26 serves as text models
-LIVE_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM")
+LIVE_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM", *MULTIMODAL)
 MODEL_CONFIGS = "model_configs"       # shipped configs, package data of `harness`
 
 
 def spec_from_hf_config(cfg, name: str, source: str | None = None) -> ModelSpec:
-    """A ModelSpec with the dims of an HF config.json (Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3-Next-style).
+    """A ModelSpec with the dims of an HF config.json (Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen3-Next-style; a
+    multimodal wrapper's text model from its `text_config`, e.g. Qwen3.5 and Qwen3.5-MoE).
 
     Raises ModelError naming `source` (the file; default `name`) and the key when a value is missing or of the
     wrong type. Features the tensor set does not model (attention or MLP biases, dense layers inside a MoE model,
@@ -316,7 +428,7 @@ def spec_from_hf_config(cfg, name: str, source: str | None = None) -> ModelSpec:
     src = source or name
     if not isinstance(cfg, dict):
         raise ModelError(f"{src}: config.json must be a mapping of keys, got {type(cfg).__name__}")
-    cfg = cfg.get("text_config", cfg)
+    top, cfg = cfg, cfg.get("text_config", cfg)
     if not isinstance(cfg, dict):
         raise ModelError(f"{src}: config.json text_config must be a mapping")
 
@@ -360,12 +472,27 @@ def spec_from_hf_config(cfg, name: str, source: str | None = None) -> ModelSpec:
     model_type = cfg.get("model_type", "unknown")
     if not isinstance(model_type, str):
         raise ModelError(f"{src}: config.json model_type = {model_type!r}, expected a string")
+    # RoPE: transformers v5 keeps theta (and a partial rotary factor) in `rope_parameters`, v4 at the top level
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    if rope is not None and not isinstance(rope, dict):
+        raise ModelError(f"{src}: config.json rope_parameters = {rope!r}, expected a mapping")
+    rope = rope or {}
+
+    def rope_value(key, default):
+        v = cfg.get(key)
+        return rope.get(key, default) if v is None else v
+    theta, factor = rope_value("rope_theta", 10000.0), rope_value("partial_rotary_factor", 1.0)
+    for key, v in (("rope_theta", theta), ("partial_rotary_factor", factor)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or (key != "rope_theta" and v > 1):
+            raise ModelError(f"{src}: config.json {key} = {v!r}, expected a positive number"
+                             + (" of at most 1" if key != "rope_theta" else ""))
     kw = dict(vocab_size=num("vocab_size", 32000), hidden_size=H, num_layers=n_layers, num_heads=heads,
               num_kv_heads=num("num_key_value_heads", heads), head_dim=head_dim,
               intermediate_size=num("intermediate_size", 4 * H), qk_norm=model_type.startswith("qwen3"),
-              rms_norm_eps=real("rms_norm_eps", 1e-6), rope_theta=real("rope_theta", 10000.0),
+              rms_norm_eps=real("rms_norm_eps", 1e-6), rope_theta=float(theta), partial_rotary_factor=float(factor),
               max_position_embeddings=num("max_position_embeddings", 4096),
-              tie_word_embeddings=flag("tie_word_embeddings"))
+              tie_word_embeddings=flag("tie_word_embeddings", top.get("tie_word_embeddings", False) is True),
+              zero_centered_norms=model_type in ZERO_CENTERED_NORMS)
     unmodelled: list[tuple[str, str]] = []
     for key in ("attention_bias", "mlp_bias"):
         if flag(key):
@@ -380,6 +507,8 @@ def spec_from_hf_config(cfg, name: str, source: str | None = None) -> ModelSpec:
                   moe_intermediate_size=num("moe_intermediate_size", kw["intermediate_size"]),
                   shared_expert_intermediate_size=num("shared_expert_intermediate_size", 0, positive=False))
         excl += ["mlp.gate"]
+        if model_type in ZERO_CENTERED_NORMS:
+            hp.append("mlp.gate")                   # Qwen3NextSparseMoeBlock builds its router without a quant config
         if kw["shared_expert_intermediate_size"]:
             excl.append("mlp.shared_expert_gate")
             hp.append("mlp.shared_expert_gate")     # vLLM builds it without a quant config
@@ -394,6 +523,11 @@ def spec_from_hf_config(cfg, name: str, source: str | None = None) -> ModelSpec:
             unmodelled.append(("decoder_sparse_step", f"{step}: a MoE layer every {step} layers is not modelled "
                                                       f"(every layer here is MoE)"))
     lt = cfg.get("layer_types")
+    if not lt and model_type in SERVED_AS:
+        # Qwen3_5TextConfig's default: every full_attention_interval-th layer full attention
+        every = num("full_attention_interval", 4)
+        lt = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n_layers)]
+    engine_fp32: tuple[str, ...] = ()
     if lt:
         if not isinstance(lt, list) or not all(isinstance(x, str) for x in lt):
             raise ModelError(f"{src}: config.json layer_types must be a list of strings")
@@ -405,19 +539,26 @@ def spec_from_hf_config(cfg, name: str, source: str | None = None) -> ModelSpec:
             kw.update(layer_types=lt, linear_num_k_heads=num("linear_num_key_heads", 16),
                       linear_num_v_heads=num("linear_num_value_heads", 32), linear_head_dim=kd,
                       linear_conv_kernel=num("linear_conv_kernel_dim", 4))
-            excl += ["linear_attn.in_proj_a", "linear_attn.in_proj_b"]
-        kw["attn_output_gate"] = bool(cfg.get("attn_output_gate", "linear_attention" in lt))
-    archs = cfg.get("architectures") or ["unknown"]
+            # vLLM needs b / a in BF16 (its in_proj_ba takes no block scales) and Megatron-Core quantizes the fused
+            # in_proj [q|k|v|z|b|a] whole: the one exclusion closed under both fusions is all of in_proj (X2, X3)
+            excl += ["linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_a",
+                     "linear_attn.in_proj_b"]
+            engine_fp32 = ("linear_attn.A_log",)
+        kw["attn_output_gate"] = flag("attn_output_gate", "linear_attention" in lt)
+    archs = top.get("architectures") or cfg.get("architectures") or ["unknown"]
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "unknown"
-    rope_scaling = cfg.get("rope_scaling")
-    plain_rope = rope_scaling is None or (isinstance(rope_scaling, dict)
-                                          and rope_scaling.get("rope_type", rope_scaling.get("type")) == "default")
+    if model_type in SERVED_AS:
+        arch = SERVED_AS[model_type][0]
+    # text positions make multimodal RoPE sections plain RoPE (all three positions are the token's)
+    plain_rope = rope.get("rope_type", rope.get("type", "default")) == "default"
     # served live only where the layouts mirror vLLM's loader and the reference forward mirrors the model
-    live = arch in LIVE_ARCHITECTURES and not unmodelled and plain_rope and "linear_attention" not in kw.get(
-        "layer_types", ())
+    live = arch in LIVE_ARCHITECTURES and not unmodelled and plain_rope and (
+        "linear_attention" not in kw.get("layer_types", ()) or arch in MULTIMODAL)
+    extra = {"rope_parameters": dict(rope)} if cfg.get("rope_parameters") else {}
     try:
         return ModelSpec(name, arch, model_type, default_exclude=tuple(excl), engine_high_precision=tuple(hp),
-                         live=live, weight_init=PER_TENSOR, unmodelled=tuple(unmodelled), source=src, **kw)
+                         engine_fp32=engine_fp32, live=live, weight_init=PER_TENSOR, unmodelled=tuple(unmodelled),
+                         source=src, extra=extra, **kw)
     except (TypeError, ValueError) as e:
         raise ModelError(f"{src}: {e}") from None
 

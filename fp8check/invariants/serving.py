@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from fp8check.harness.layouts import split_rank_name
+from fp8check.harness.layouts.vllm import checkpoint_name
 
 from .base import CheckContext, fail, invariant, passed, unknown
 
@@ -24,7 +25,8 @@ def _declared_kv(ctx: CheckContext):
     from fp8check.harness.numerics.kv_cache import declared_kv_scales      # torch: not on the pre-flight path
     cfg = ctx.config
     layers = sorted(_serving(ctx).kv_scales)
-    module = {layer: split_rank_name(layer)[1].removesuffix(".attn") for layer in layers}   # model.layers.N.self_attn
+    # the checkpoint's attention module of each engine layer (model.layers.N.self_attn)
+    module = {layer: checkpoint_name(cfg.spec, split_rank_name(layer)[1].removesuffix(".attn")) for layer in layers}
     scales = declared_kv_scales(cfg, ctx.trainer, sorted(set(module.values())))
     if isinstance(scales, str):
         return scales

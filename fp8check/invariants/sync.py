@@ -656,7 +656,8 @@ def _dtype(s: str) -> str:
 
 @invariant("S5", "sync", "dtypes",
            "float8_e4m3fn where FP8 is declared (not e5m2, not fnuz), fp32 / e8m0 scales as declared, BF16 "
-           "exactly where high precision is declared; no silent BF16 fallback; every tensor arrives with the "
+           "exactly where high precision is declared (float32 in the engine where its model class holds the "
+           "parameter so, e.g. the gated delta-net's A_log); no silent BF16 fallback; every tensor arrives with the "
            "dtype it was sent with", needs=("rollout",),
            source="fp8check's own")
 def s5_dtypes(ctx: CheckContext):
@@ -690,7 +691,7 @@ def s5_dtypes(ctx: CheckContext):
         if is_scale_name(n):
             exp = _dtype(str(cfg.engine_recipe.scale_dtype)) if weight_of_scale(n) in fp8_params else None
         else:
-            exp = _dtype(str(cfg.engine_recipe.fp8_dtype)) if n in fp8_params else "bfloat16"
+            exp = _dtype(str(cfg.engine_recipe.fp8_dtype)) if n in fp8_params else cfg.layout.engine_dtype(n)
         got = _dtype(str(ctx.rollout.describe(k)[1]))
         if exp is None:
             out.append(fail("S5", k, "engine holds a scale for a tensor declared high precision", stage="engine",

@@ -12,6 +12,7 @@ from .report import console
 
 
 DEVICE_PATH_PARAMS = 200_000_000      # above this the weights travel GPU to GPU by default (--device-path auto)
+DEVICE_TRAINERS = ("megatron", "cpu-reference")     # trainers whose export can stay on the GPU (trainer.device)
 
 
 def _count(minimum):
@@ -24,19 +25,29 @@ def run(args) -> int:
     from .args import build_config, out_file, require_gpu_stack
     out_file(args.out, "--out")
     config = build_config(args)
-    require_gpu_stack("live", "use `fp8check faults` / `snapshot` on CPU")
     if not config.spec.live:
-        raise UsageError(f"--model {config.model}: CPU reference only (vLLM 0.26 serves Qwen3.5 only as a multimodal "
-                         f"model; live: tiny-dense, tiny-moe and {', '.join(LIVE_ARCHITECTURES)} configs without "
-                         f"unmodelled features)")
+        raise UsageError(f"--model {config.model}: CPU reference only (live: the tiny models and "
+                         f"{', '.join(LIVE_ARCHITECTURES)} configs without unmodelled features)")
+    if args.trainer == "megatron" and "linear_attention" in config.spec.layer_types:
+        raise UsageError(f"--model {config.model}: the Megatron/TE trainer adapter does not build gated delta-net "
+                         f"layers; use --trainer cpu-reference (fp8check's TE-exact learner, on the GPU on the "
+                         f"device path)")
+    require_gpu_stack("live", "use `fp8check faults` / `snapshot` on CPU")
     if config.calibrated_kv:
         from ..engines.vllm import CALIBRATED_KV_UNSUPPORTED
         raise UsageError(f"--set {CALIBRATED_KV_UNSUPPORTED}")
-    from fp8check.faults import FAULTS, live_faults
+    from fp8check.faults import FAULTS, live_faults, real_shape_faults
     from fp8check.e2e.live import run_live
     from ..engines.registry import get_engine
-    names = live_faults(config, get_engine("rollout", "vllm").factory.knobs) if args.faults == ["all"] \
-        else (args.faults or [])
+    if args.faults == ["all"]:
+        names = live_faults(config, get_engine("rollout", "vllm").factory.knobs)
+    elif args.faults == ["real-shape"]:
+        try:
+            names = list(real_shape_faults(config.spec.name))
+        except LookupError as e:
+            raise UsageError(f"--faults real-shape: {e}") from None
+    else:
+        names = args.faults or []
     for n in names:
         if n not in FAULTS:
             from ..errors import did_you_mean
@@ -46,8 +57,9 @@ def run(args) -> int:
         from ..snapshot import prepare_out_dir
         prepare_out_dir(args.snapshot, "--snapshot")
     device = args.device_path == "on" or (args.device_path == "auto" and config.spec.num_params() > DEVICE_PATH_PARAMS)
-    if device and args.trainer != "megatron":
-        raise UsageError("--device-path needs the Megatron/TE trainer (its FP8 export stays on the GPU)")
+    if device and args.trainer not in DEVICE_TRAINERS:
+        raise UsageError(f"--device-path needs a trainer whose FP8 export stays on the GPU: "
+                         f"{', '.join(DEVICE_TRAINERS)}")
     if device and args.snapshot:
         raise UsageError("--snapshot reads the engine state through the host path; use --device-path off")
     if device:
@@ -97,16 +109,18 @@ def register(sub, cfg_args):
     p = sub.add_parser("live", help="(GPU) trainer + vLLM, checked syncs, probes and live faults")
     cfg_args(p, model_default="tiny-dense")
     p.add_argument("--steps", type=_count(0), default=2)
-    p.add_argument("--faults", nargs="*", help="fault names, or 'all' for every live-injectable fault")
+    p.add_argument("--faults", nargs="*", help="fault names, 'all' for every live-injectable fault, or 'real-shape' "
+                   "for a shipped model's real-shape set (faults.REAL_SHAPE_FAULTS)")
     p.add_argument("--trainer", choices=["megatron", "cpu-reference"], default="megatron",
-                   help="registered trainer engine (cpu-reference: the CPU mirror feeding the real vLLM)")
+                   help="registered trainer engine (cpu-reference: fp8check's TE-exact learner mirror feeding the real "
+                        "vLLM; on the device path it computes on the GPU)")
     p.add_argument("--no-probes", action="store_true")
     p.add_argument("--checks-every", type=_count(1), default=1, metavar="N",
                    help="checks left on for a run: every sync runs the catalog, and the first clean sync, every N-th "
                         "one and every fault sync also what costs as much as the sync (S7's re-sync, P1, C1)")
     p.add_argument("--device-path", choices=["auto", "on", "off"], default="auto",
                    help="weights GPU to GPU through CUDA IPC, the pipeline in the trainer's process (auto: for models "
-                        "over 200 M parameters)")
+                        "over 200 M parameters; the Megatron/TE or the cpu-reference trainer)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.12, help="vLLM's share of the GPU")
     p.add_argument("--workdir")
     p.add_argument("--out", help="JSON report path")

@@ -25,7 +25,7 @@ from ..config import TRAINER_PRECISIONS, SyncConfig
 from ..formats import te_to_wire
 from ..layouts import scale_name
 from ..record import TrainerRecord
-from .cpu.masters import kv_calibration
+from .cpu.masters import device_masters, kv_calibration
 from .cpu.trainer import act_quant_kind, is_fp8_gemm, masters_hf, megatron_masters
 
 
@@ -149,21 +149,6 @@ def megatron_fp8_weights(model, layout, device="cpu", fp8=None) -> tuple[dict, d
     return out, source
 
 
-def device_masters(layout, seed: int, step: int, device="cuda", prev: dict | None = None) -> dict:
-    """Deterministic fp32 masters generated on the device (real shapes: no host copy), Megatron names: the same
-    distribution as the CPU reference's (GEMMs and embeddings N(0, 0.05), norms 1 + N(0, 0.1)), then each step
-    an elementwise update from a per-step, per-tensor generator."""
-    out = {}
-    for i, (n, shape) in enumerate(sorted(layout.megatron_shapes.items())):
-        g = torch.Generator(device=device).manual_seed(1_000_003 * (seed + 1) + 7919 * i + 104_729 * step)
-        if prev is None:
-            x = torch.randn(shape, generator=g, device=device, dtype=torch.float32)
-            out[n] = 1.0 + 0.1 * x if "norm" in n or n.endswith("layer_norm_weight") else 0.05 * x
-        else:
-            out[n] = prev[n] + 1e-3 * torch.randn(shape, generator=g, device=device, dtype=torch.float32)
-    return out
-
-
 class MegatronTrainer:
     engine = "megatron-core+transformer-engine"
     precisions = TRAINER_PRECISIONS          # it runs every trainer.precision
@@ -173,6 +158,10 @@ class MegatronTrainer:
         """`lr`, `betas`, `eps`, `weight_decay`, `max_grad_norm`: the RL update's AdamW (`train_step`, as the CPU
         learner's); `optimizer_step` is the deterministic stand-in update the conformance tests compare with the
         CPU reference."""
+        if "linear_attention" in config.spec.layer_types:
+            from .protocol import EngineError
+            raise EngineError(f"model {config.model}: this adapter builds GPTModel with the TE layer spec, which has "
+                              f"no gated delta-net layer; use the cpu-reference trainer")
         torch.set_num_threads(4)
         self.hparams = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
         self.max_grad_norm = max_grad_norm

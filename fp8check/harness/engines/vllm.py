@@ -29,6 +29,7 @@ import torch
 
 from ..config import CHECKPOINT_FORMAT_ENGINES, ENGINE_QUANTIZATION, SyncConfig
 from ..layouts import engine_module, rank_name, weight_of_scale
+from ..models import MULTIMODAL
 from ..numerics.settings import read_settings
 from ..record import (EngineRecord, Generation, KVScale, Outputs, ReloadContract, ServingState, UpdateRecord,
                       WakeEvent)
@@ -89,7 +90,9 @@ VLLM_ONLINE_QUANTIZATION = {"online-per-tensor": "fp8", "online-per-block": "fp8
 def write_model_dir(config: SyncConfig, path: str, ignored_layers=None) -> str:
     """A checkpoint directory vLLM can start from with load_format=dummy: just config.json (a block-FP8
     checkpoint's `quantization_config`; none for an engine that quantizes BF16 itself or serves it: start that
-    one with `quantization=VLLM_ONLINE_QUANTIZATION[config.rollout.quantization]`)."""
+    one with `quantization=VLLM_ONLINE_QUANTIZATION[config.rollout.quantization]`). A multimodal wrapper's
+    (Qwen3.5) is the nested form its registered class reads (`ModelSpec.hf_config`); start it with
+    `text_only_kwargs`."""
     os.makedirs(path, exist_ok=True)
     q = config.vllm_quantization_config() if config.rollout.quantization in CHECKPOINT_FORMAT_ENGINES else None
     if ignored_layers is not None and q is not None:
@@ -118,6 +121,14 @@ def reload_contract(facts, env_mode: str | None) -> ReloadContract:
         return ReloadContract("direct", reprocesses_undelivered=True, rollback=False,
                               source=f"vLLM {facts.version}, VLLM_RELOAD_MODE=direct")
     return ReloadContract("layerwise", source=f"vLLM {facts.version}")
+
+
+def text_only_kwargs(config: SyncConfig) -> dict:
+    """vllm.LLM arguments that start a multimodal wrapper (Qwen3.5: `models.MULTIMODAL`) as its language model: with
+    every modality's limit 0 vLLM runs text-only (multimodal/registry.py:103-139, no processor, no multimodal
+    profiling) and builds the vision tower on the meta device, registered nowhere (models/interfaces.py:257-296):
+    the engine's parameters are the language model's."""
+    return {"limit_mm_per_prompt": {"image": 0, "video": 0}} if config.spec.architecture in MULTIMODAL else {}
 
 
 def serving_kwargs(config: SyncConfig) -> dict:
@@ -188,6 +199,7 @@ class VLLMEngine:
                 kw["quantization"] = VLLM_ONLINE_QUANTIZATION[config.rollout.quantization]
             if config.rollout.install == "weight_source":      # vLLM's own transfer receives (CUDA IPC)
                 kw["weight_transfer_config"] = {"backend": "ipc"}
+            kw.update(text_only_kwargs(config))
             kw.update(llm_kwargs)
             llm = LLM(**kw)
         self.llm = llm

@@ -404,7 +404,7 @@ def nemo_ignored(r: Reader, spec, modules: list[str]) -> tuple[list[str], dict]:
         if v < 0:
             raise ConfigError(f"{r.job.source}: {k} must be >= 0, got {v}")
     layers = set(range(min(first, spec.num_layers))) | set(range(max(spec.num_layers - last, 0), spec.num_layers))
-    out = [m for m in modules if any(m.startswith(f"model.layers.{i}.") for i in layers)]
+    out = [m for m in modules if any(m.startswith(spec.layer_prefix(i)) for i in layers)]
     kws = r.val(NEMO_VLLM + "quantization_ignored_layer_kws") or []
     by_kw = {kw: [m for m in modules if kw in m] for kw in kws}
     for sel in by_kw.values():

@@ -91,6 +91,14 @@ class LayoutMap:
         if self.engine_fp8_hf is None:
             self.engine_fp8_hf = self.fp8_hf
         self.fp8_vllm = frozenset(p.dst for p in self.vllm[0] if p.src in self.engine_fp8_hf)
+        # engine parameters held in float32 whatever the wire's BF16 (`ModelSpec.engine_fp32`), rank-local names
+        self.fp32_vllm = frozenset(p.dst for p in self.vllm[0]
+                                   if any(p.src == x or p.src.endswith("." + x) for x in self.spec.engine_fp32))
+
+    def engine_dtype(self, name: str) -> str:
+        """The dtype the engine holds a high-precision parameter (rank-local vLLM name) in: float32 where the model
+        class makes it so (`fp32_vllm`), else bfloat16."""
+        return "float32" if name in self.fp32_vllm else "bfloat16"
 
     # -- shapes of scale tensors --------------------------------------------------------------------------
     def _scale_shapes(self, shapes: dict, fp8: frozenset) -> dict:

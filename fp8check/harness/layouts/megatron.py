@@ -39,10 +39,10 @@ def _megatron_pieces(spec: ModelSpec) -> tuple[tuple[Piece, ...], dict[str, tupl
             row += n
         shapes[src] = (row, hf[parts[0][0]].shape[1])
 
-    whole("embedding.word_embeddings.weight", "model.embed_tokens.weight")
+    whole("embedding.word_embeddings.weight", spec.embed_name)
     D = spec.head_dim
     for i, lt in enumerate(spec.layer_types):
-        m, h = f"decoder.layers.{i}.", f"model.layers.{i}."
+        m, h = f"decoder.layers.{i}.", spec.layer_prefix(i)
         if lt == "full_attention":
             a, s = m + "self_attention.", h + "self_attn."
             whole(a + "linear_qkv.layer_norm_weight", h + "input_layernorm.weight")
@@ -89,7 +89,7 @@ def _megatron_pieces(spec: ModelSpec) -> tuple[tuple[Piece, ...], dict[str, tupl
             whole(m + "mlp.linear_fc1.layer_norm_weight", h + "post_attention_layernorm.weight")
             stack(m + "mlp.linear_fc1.weight", [(h + "mlp.gate_proj.weight", 0, I), (h + "mlp.up_proj.weight", 0, I)])
             whole(m + "mlp.linear_fc2.weight", h + "mlp.down_proj.weight")
-    whole("decoder.final_layernorm.weight", "model.norm.weight")
+    whole("decoder.final_layernorm.weight", spec.final_norm_name)
     if not spec.tie_word_embeddings:          # tied: Megatron's output layer reads the word embeddings
         whole("output_layer.weight", "lm_head.weight")
     return tuple(pieces), shapes

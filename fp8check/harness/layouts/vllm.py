@@ -3,20 +3,29 @@
 vLLM concatenates q|k|v into `qkv_proj` and gate|up into `gate_up_proj` along dim 0 (measured on the H200,
 shared/gpu/README.md item 2); routed experts become `mlp.experts.w13_weight` [E, 2I, H] (gate rows first, then
 up) and `w2_weight` [E, H, I]; the gated delta-net projections fuse into `in_proj_qkvz` and `in_proj_ba`.
-Column-parallel parameters narrow each shard's rows per rank; row-parallel ones narrow columns.
+Column-parallel parameters narrow each shard's rows per rank; row-parallel ones narrow columns. A multimodal
+wrapper's language model (Qwen3.5: checkpoint `model.language_model.*`) lives under `language_model.model.*`
+(`VLLM_PREFIXES`).
 """
 from __future__ import annotations
 
 from functools import lru_cache
 
-from ..models import EMBEDDING, LINEAR, ModelSpec
+from ..models import EMBEDDING, LINEAR, MULTIMODAL, ModelSpec
 from .pieces import LayoutError, Piece
+
+# checkpoint -> parameter name prefixes of vLLM 0.26's multimodal wrappers: the hf_to_vllm_mapper the Qwen3.5
+# classes inherit (orig_to_new_prefix, model_executor/models/qwen3_vl.py:1705-1711), in the order it applies them
+VLLM_PREFIXES = {arch: (("model.visual.", "visual."), ("lm_head.", "language_model.lm_head."),
+                        ("model.language_model.", "language_model.model.")) for arch in MULTIMODAL}
 
 # (fused module suffix, [(member module suffix, vLLM shard id)]) in concatenation order
 FUSIONS = (
     ("self_attn.qkv_proj", (("self_attn.q_proj", "q"), ("self_attn.k_proj", "k"), ("self_attn.v_proj", "v"))),
     ("mlp.gate_up_proj", (("mlp.gate_proj", 0), ("mlp.up_proj", 1))),
     ("mlp.shared_expert.gate_up_proj", (("mlp.shared_expert.gate_proj", 0), ("mlp.shared_expert.up_proj", 1))),
+    # (member order; vLLM loads Qwen3.5's checkpoint q|k|v into output shards 0-2 of in_proj_qkvz and z into shard 3:
+    # Qwen3_5Model.hf_to_vllm_mapper, model_executor/models/qwen3_5.py:213-221)
     ("linear_attn.in_proj_qkvz", (("linear_attn.in_proj_qkv", 0), ("linear_attn.in_proj_z", 1))),
     ("linear_attn.in_proj_ba", (("linear_attn.in_proj_b", 0), ("linear_attn.in_proj_a", 1))),
 )
@@ -39,16 +48,36 @@ def engine_module(param_name: str) -> str:
 
 
 def split_layer(module: str):
-    """model.layers.3.mlp.gate_proj -> ("model.layers.3.", "mlp.gate_proj"); non-layer names -> ("", name)."""
+    """model.layers.3.mlp.gate_proj -> ("model.layers.3.", "mlp.gate_proj") (any prefix before `layers.N.`:
+    model.language_model.layers.3.mlp.gate_proj -> ("model.language_model.layers.3.", "mlp.gate_proj"));
+    non-layer names -> ("", name)."""
     parts = module.split(".")
-    if len(parts) > 3 and parts[0] == "model" and parts[1] == "layers":
-        return ".".join(parts[:3]) + ".", ".".join(parts[3:])
+    for i in range(len(parts) - 2):
+        if parts[i] == "layers" and parts[i + 1].isdigit():
+            return ".".join(parts[:i + 2]) + ".", ".".join(parts[i + 2:])
     return "", module
+
+
+def vllm_name(spec: ModelSpec, hf_name: str) -> str:
+    """A checkpoint name under the engine's prefix (`VLLM_PREFIXES`; other architectures: unchanged)."""
+    for old, new in VLLM_PREFIXES.get(spec.architecture, ()):
+        if hf_name.startswith(old):
+            return new + hf_name[len(old):]
+    return hf_name
+
+
+def checkpoint_name(spec: ModelSpec, name: str) -> str:
+    """`vllm_name`'s inverse: an engine name under the checkpoint's prefix."""
+    for old, new in VLLM_PREFIXES.get(spec.architecture, ()):
+        if name.startswith(new):
+            return old + name[len(new):]
+    return name
 
 
 def vllm_module(spec: ModelSpec, hf_module: str) -> tuple[str, object]:
     """HF module name -> (vLLM module name, shard id or expert id)."""
-    return _vllm_module(hf_module)
+    vmod, shard = _vllm_module(hf_module)
+    return vllm_name(spec, vmod + ".")[:-1], shard
 
 
 @lru_cache(maxsize=1 << 16)

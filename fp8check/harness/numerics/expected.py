@@ -14,7 +14,8 @@ from collections.abc import Mapping
 import torch
 
 from ..digest import Assembled, assembled_digests
-from ..layouts import LayoutError, dst_view, is_scale_name, rank_name, scale_name, src_view, weight_of_scale
+from ..layouts import (LayoutError, dst_view, is_scale_name, rank_name, scale_name, split_rank_name, src_view,
+                       weight_of_scale)
 from .transforms import apply_post_load
 
 
@@ -68,6 +69,10 @@ class ExpectedState(Mapping):
     def __contains__(self, name) -> bool:
         return name in self._pieces
 
+    def _hp_dtype(self, name: str) -> torch.dtype:
+        """The dtype the engine holds a high-precision parameter in."""
+        return getattr(torch, self.config.layout.engine_dtype(split_rank_name(name)[1]))
+
     def transformed(self, name: str) -> bool:
         r, _, _, w, _ = self._pieces[name]
         if w is None:
@@ -87,7 +92,7 @@ class ExpectedState(Mapping):
             raise KeyError(name)
         r, _, _, w, _ = self._pieces[name]
         if w is None:
-            return self._assemble(name).to(torch.bfloat16)
+            return self._assemble(name).to(self._hp_dtype(name))
         tp = self.config.rollout.tp_size
         wkey, skey = rank_name(w, r, tp), rank_name(scale_name(w), r, tp)
         q, s, _ = apply_post_load(self.post_load, wkey, self._assemble(wkey), self._assemble(skey))
@@ -102,8 +107,9 @@ class ExpectedState(Mapping):
         hf = self.trainer_hf
         if any(p.src not in hf for p in ps):
             return None
-        # the dtype `assemble` gives it (its first source's; high precision is held as BF16)
-        dtype = hf[ps[0].src].dtype if w is not None else torch.bfloat16
+        # the dtype `assemble` gives it (its first source's; high precision is held as BF16, or float32 where the
+        # engine holds it so: then built, the exact cast of the trainer's BF16)
+        dtype = hf[ps[0].src].dtype if w is not None else self._hp_dtype(name)
         out = []
         for p, (off, rows) in zip(ps, where):
             src = hf[p.src]

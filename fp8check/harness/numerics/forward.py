@@ -30,7 +30,7 @@ from ..formats import Recipe, dequantize_mxfp8, quantize_mxfp8
 from ..formats.blockwise import dequantize_blockwise, to_float
 from ..formats.cast import cast_to_fp8
 from ..formats.recipe import blockwise_quantizer
-from ..layouts import is_scale_name, scale_name
+from ..layouts import is_scale_name, scale_name, split_layer
 from ..lazy import LazyMap
 from ..models import ModelSpec
 
@@ -152,17 +152,28 @@ def dequantize_state(recipe: Recipe, state: dict[str, torch.Tensor], fp8_names) 
     return out
 
 
-def _rms(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * _f32(w)
+def _rms(x, w, eps, centered: bool = False):
+    """RMSNorm; `centered`: a zero-centered weight, the norm scales by 1 + w (vLLM's GemmaRMSNorm)."""
+    w = _f32(w)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w if centered else w)
 
 
-def _rope(x, theta, start=0):              # x [..., T, h, D] at positions start.., neox style (rotate halves)
+def _norm(spec: ModelSpec, x, w):
+    """A decoder norm (input, post-attention, final, q / k): zero-centered where the model's are."""
+    return _rms(x, w, spec.rms_norm_eps, spec.zero_centered_norms)
+
+
+def _rope(x, theta, start=0, dims=None):   # x [..., T, h, D] at positions start.., neox style (rotate halves)
+    """RoPE on the first `dims` dims of each head (default all: a partial rotary factor turns fewer), the rest
+    passed through."""
     T, D = x.shape[-3], x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float32, device=x.device) / D))
+    R = D if dims is None else dims
+    inv = 1.0 / (theta ** (torch.arange(0, R, 2, dtype=torch.float32, device=x.device) / R))
     ang = torch.arange(start, start + T, dtype=torch.float32, device=x.device)[:, None] * inv[None]
     cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
-    x1, x2 = x[..., : D // 2], x[..., D // 2:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    x1, x2 = x[..., : R // 2], x[..., R // 2:R]
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    return out if R == D else torch.cat([out, x[..., R:]], -1)
 
 
 def _attention(spec: ModelSpec, W: Weights, x, p, cache=None):            # x [..., T, H]
@@ -176,11 +187,12 @@ def _attention(spec: ModelSpec, W: Weights, x, p, cache=None):            # x [.
     k = W.linear(x, p + "self_attn.k_proj").view(*lead, T, nkv, D)
     v = W.linear(x, p + "self_attn.v_proj").view(*lead, T, nkv, D)
     if spec.qk_norm:
-        q = W.act(_rms(q, W.tensors[p + "self_attn.q_norm.weight"], spec.rms_norm_eps))
-        k = W.act(_rms(k, W.tensors[p + "self_attn.k_norm.weight"], spec.rms_norm_eps))
+        q = W.act(_norm(spec, q, W.tensors[p + "self_attn.q_norm.weight"]))
+        k = W.act(_norm(spec, k, W.tensors[p + "self_attn.k_norm.weight"]))
     cached = cache.get(p) if cache is not None else None
     start = 0 if cached is None else cached[0].shape[-3]
-    q, k = W.act(_rope(q, spec.rope_theta, start)), W.act(_rope(k, spec.rope_theta, start))
+    R = spec.rotary_dim
+    q, k = W.act(_rope(q, spec.rope_theta, start, R)), W.act(_rope(k, spec.rope_theta, start, R))
     if W.kv_quant is not None:           # an FP8 KV cache: attention reads K and V back from it
         k, v = W.kv_quant(k, p, "k"), W.kv_quant(v, p, "v")
     if cached is not None:
@@ -208,7 +220,8 @@ def _gated_delta_net(spec: ModelSpec, W: Weights, x, p):
     qkv = W.linear(x, la + "in_proj_qkv")                       # [T, 2kd + vd]
     conv = _f32(W.tensors[la + "conv1d.weight"])               # [C, 1, K] depthwise, causal
     kern = conv.shape[-1]
-    qkv = F.silu(F.conv1d(F.pad(qkv.t()[None], (kern - 1, 0)), conv, groups=conv.shape[0])[0].t())
+    # the causal conv's output, the recurrence's output and the gated norm's are BF16 tensors in vLLM
+    qkv = W.act(F.silu(F.conv1d(F.pad(qkv.t()[None], (kern - 1, 0)), conv, groups=conv.shape[0])[0].t()))
     q, k, v = qkv[:, :kd].view(T, nk, Dh), qkv[:, kd:2 * kd].view(T, nk, Dh), qkv[:, 2 * kd:].view(T, nv, Dh)
     z = W.linear(x, la + "in_proj_z").view(T, nv, Dh)
     beta = torch.sigmoid(W.linear(x, la + "in_proj_b"))       # [T, nv]
@@ -224,8 +237,8 @@ def _gated_delta_net(spec: ModelSpec, W: Weights, x, p):
         kv = torch.bmm(k[t][:, None], S)[:, 0]
         S = S + torch.einsum("hk,hv->hkv", k[t], (v[t] - kv) * beta[t][:, None])
         outs.append(torch.bmm(q[t][:, None], S)[:, 0])
-    o = torch.stack(outs)                                      # [T, nv, Dh]
-    o = _rms(o, W.tensors[la + "norm.weight"], spec.rms_norm_eps) * F.silu(z)
+    o = W.act(torch.stack(outs))                               # [T, nv, Dh]
+    o = W.act(_rms(o, W.tensors[la + "norm.weight"], spec.rms_norm_eps) * F.silu(z))
     return W.linear(o.reshape(T, nv * Dh), la + "out_proj")
 
 
@@ -271,7 +284,7 @@ def lm_head(xs: list[torch.Tensor], w: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _head(spec: ModelSpec, W: Weights) -> torch.Tensor:
-    return W.tensors["model.embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"]
+    return W.tensors[spec.head_name]
 
 
 def hidden_states(spec: ModelSpec, W: Weights, tokens, cache: dict | None = None) -> torch.Tensor:
@@ -280,28 +293,28 @@ def hidden_states(spec: ModelSpec, W: Weights, tokens, cache: dict | None = None
     later call given only the next tokens continues the same sequences (a decoder's KV cache)."""
     if cache is not None and any(lt != "full_attention" for lt in spec.layer_types):
         raise ValueError(f"model {spec.name}: a KV cache needs full-attention layers only")
-    x = _embed(W, tokens)
+    x = _embed(spec, W, tokens)
     for i in range(spec.num_layers):
         x = _layer(spec, W, x, i, cache)
     return _final_norm(spec, W, x)
 
 
-def _embed(W: Weights, tokens) -> torch.Tensor:
-    emb = W.tensors["model.embed_tokens.weight"]
+def _embed(spec: ModelSpec, W: Weights, tokens) -> torch.Tensor:
+    emb = W.tensors[spec.embed_name]
     ids = (tokens if isinstance(tokens, torch.Tensor) else torch.tensor(tokens)).to(emb.device)
     return W.act(_f32(emb[ids]))
 
 
 def _layer(spec: ModelSpec, W: Weights, x: torch.Tensor, i: int, cache: dict | None = None) -> torch.Tensor:
-    p, lt = f"model.layers.{i}.", spec.layer_types[i]
-    h = W.act(_rms(x, W.tensors[p + "input_layernorm.weight"], spec.rms_norm_eps))
+    p, lt = spec.layer_prefix(i), spec.layer_types[i]
+    h = W.act(_norm(spec, x, W.tensors[p + "input_layernorm.weight"]))
     x = W.act(x + (_attention(spec, W, h, p, cache) if lt == "full_attention" else _gated_delta_net(spec, W, h, p)))
-    h = W.act(_rms(x, W.tensors[p + "post_attention_layernorm.weight"], spec.rms_norm_eps))
+    h = W.act(_norm(spec, x, W.tensors[p + "post_attention_layernorm.weight"]))
     return W.act(x + (_moe(spec, W, h, p) if spec.is_moe else _swiglu(W, h, p + "mlp.")))
 
 
 def _final_norm(spec: ModelSpec, W: Weights, x: torch.Tensor) -> torch.Tensor:
-    return W.act(_rms(x, W.tensors["model.norm.weight"], spec.rms_norm_eps))
+    return W.act(_norm(spec, x, W.tensors[spec.final_norm_name]))
 
 
 class LayerWindow(Mapping):
@@ -321,7 +334,9 @@ class LayerWindow(Mapping):
 
     @staticmethod
     def _layer_of(name: str):
-        return name.split(".", 3)[2] if name.startswith("model.layers.") else None
+        """The layer a tensor belongs to (its `...layers.N.` prefix); None outside the layers."""
+        prefix = split_layer(name)[0]
+        return prefix or None
 
     def __getitem__(self, name):
         v = self._held.get(name)
@@ -371,7 +386,7 @@ def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]], *,
                 groups.setdefault(len(p), []).append(i)
             window = LayerWindow(W.tensors, whole_layer=len(groups) > 1)
             W = replace(W, tensors=window)
-            xs = [_embed(W, torch.tensor([prompts[i] for i in ix])) for ix in groups.values()]
+            xs = [_embed(spec, W, torch.tensor([prompts[i] for i in ix])) for ix in groups.values()]
             for i in range(spec.num_layers):
                 xs = [_layer(spec, W, x, i) for x in xs]
             window.release()

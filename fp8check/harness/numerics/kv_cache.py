@@ -46,7 +46,7 @@ def declared_kv_cache(config, trainer=None):
     missing."""
     if not config.fp8_kv_cache:
         return None
-    attention = [f"model.layers.{i}.self_attn" for i, lt in enumerate(config.spec.layer_types)
+    attention = [f"{config.spec.layer_prefix(i)}self_attn" for i, lt in enumerate(config.spec.layer_types)
                  if lt == "full_attention"]
     scales = declared_kv_scales(config, trainer, attention)
     if isinstance(scales, str):

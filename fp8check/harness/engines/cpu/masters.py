@@ -119,6 +119,22 @@ def _megatron_master(spec: ModelSpec, seed: int, step: int, name: str) -> torch.
     return out
 
 
+def device_masters(layout, seed: int, step: int, device="cuda", prev: dict | None = None) -> dict:
+    """Deterministic fp32 masters generated on the device (real shapes: no host copy), Megatron names: the same
+    distribution as the CPU reference's (GEMMs and embeddings N(0, 0.05), norms 1 + N(0, 0.1)), then each step
+    an elementwise update from a per-step, per-tensor generator. What the learners hold on the device sync path
+    (the Megatron/TE adapter and the reference trainer alike); not the host path's masters."""
+    out = {}
+    for i, (n, shape) in enumerate(sorted(layout.megatron_shapes.items())):
+        g = torch.Generator(device=device).manual_seed(1_000_003 * (seed + 1) + 7919 * i + 104_729 * step)
+        if prev is None:
+            x = torch.randn(shape, generator=g, device=device, dtype=torch.float32)
+            out[n] = 1.0 + 0.1 * x if "norm" in n or n.endswith("layer_norm_weight") else 0.05 * x
+        else:
+            out[n] = prev[n] + 1e-3 * torch.randn(shape, generator=g, device=device, dtype=torch.float32)
+    return out
+
+
 # -- the two views ----------------------------------------------------------------------------------------------------
 def megatron_masters(model: str, seed: int, step: int) -> Mapping[str, torch.Tensor]:
     """The fp32 masters at `step` under Megatron names (a dict for `sequential` models; generated when read for
@@ -155,10 +171,11 @@ def kv_calibration(config, step: int) -> dict[str, torch.Tensor]:
     recalibrates at every refit (NeMo RL) has them."""
     out = {}
     for n in config.kv_scale_names:
-        layer = int(n.split(".")[2])
+        layer = config.spec.layer_of(n)
         base = 0.02 * (1 + 0.25 * layer) * (1 + 0.01 * step)
         out[n] = torch.tensor(base if n.endswith("k_scale") else 0.6 * base, dtype=torch.float32)
     return out
 
 
-__all__ = ["CHUNK", "STEP_NOISE", "kv_calibration", "masters_hf", "megatron_masters", "per_tensor_master"]
+__all__ = ["CHUNK", "STEP_NOISE", "device_masters", "kv_calibration", "masters_hf", "megatron_masters",
+           "per_tensor_master"]

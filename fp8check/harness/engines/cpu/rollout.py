@@ -254,7 +254,7 @@ class ReferenceRollout(ServingMirror):
                 out[scale_name(n)] = torch.full(self.recipe.scale_grid(shp), torch.finfo(torch.float32).min,
                                                 dtype=torch.float32).to(self.recipe.scale_dtype)
             else:
-                out[n] = torch.empty(shp, dtype=torch.bfloat16)
+                out[n] = torch.empty(shp, dtype=getattr(torch, self.layout.engine_dtype(n)))
         return out
 
     def _init_state(self, seed: int):

@@ -23,6 +23,7 @@ import torch
 from ...digest import state_digest
 from ...formats.bytes import poison_
 from ...layouts import rank_name
+from ...layouts.vllm import vllm_name
 from ...record import KVScale, Outputs, ServingState, WakeEvent
 from ..protocol import EngineError
 from ...memo import Memo
@@ -30,12 +31,19 @@ from ...memo import Memo
 # reference forwards (prompt log-probs, greedy decodes) by the content of the engine state they read
 FORWARDS = Memo(64 << 20)
 
-ROTARY = "model.layers.0.self_attn.rotary_emb.cos_sin_cache"
 SCALES = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
 
 
 def attention_layers(spec) -> list[str]:
-    return [f"model.layers.{i}.self_attn.attn" for i, lt in enumerate(spec.layer_types) if lt == "full_attention"]
+    """The engine's attention layers (vLLM names: `model.layers.N.self_attn.attn`, a Qwen3.5 wrapper's
+    `language_model.model.layers.N.self_attn.attn`)."""
+    return [vllm_name(spec, f"{spec.layer_prefix(i)}self_attn.attn") for i, lt in enumerate(spec.layer_types)
+            if lt == "full_attention"]
+
+
+def rotary_buffer(spec) -> str:
+    """The first attention layer's rotary cache (a buffer the captured graphs read)."""
+    return attention_layers(spec)[0].removesuffix(".attn") + ".rotary_emb.cos_sin_cache"
 
 
 class ServingMirror:
@@ -46,7 +54,7 @@ class ServingMirror:
         spec = cfg.spec
         self.buffers: list[dict[str, torch.Tensor]] = []
         for _ in range(self.tp):
-            b = {ROTARY: torch.zeros((1024, spec.head_dim), dtype=torch.bfloat16)}
+            b = {rotary_buffer(spec): torch.zeros((1024, spec.head_dim), dtype=torch.bfloat16)}
             for layer in attention_layers(spec):
                 for s in SCALES:
                     b[f"{layer}.{s}"] = torch.tensor(1.0, dtype=torch.float32)
@@ -79,8 +87,9 @@ class ServingMirror:
 
     def _load_kv_scale(self, name: str, value: torch.Tensor):
         """A calibrated scale (`model.layers.N.self_attn.k_scale`) into every rank's kernel buffer
-        (`...self_attn.attn._k_scale`), as vLLM's KV-cache post-load copies the loaded scale into it."""
-        layer, which = name.rsplit(".", 1)
+        (`...self_attn.attn._k_scale`, the engine's name), as vLLM's KV-cache post-load copies the loaded scale into
+        it."""
+        layer, which = vllm_name(self.config.spec, name).rsplit(".", 1)
         for b in self.buffers:
             b[f"{layer}.attn._{which}"].fill_(float(value))
 
@@ -113,7 +122,8 @@ class ServingMirror:
             layer = attention_layers(self.config.spec)[0]
             self.buffers[0][f"{layer}._k_scale"].fill_(float(knobs["kv_scale_placeholder"]))
         if knobs.get("realloc_buffer"):                        # a buffer rebound to new storage
-            self.buffers[0][ROTARY] = self.buffers[0][ROTARY].clone()
+            rot = rotary_buffer(self.config.spec)
+            self.buffers[0][rot] = self.buffers[0][rot].clone()
         if not knobs.get("keep_prefix_cache"):
             self._prefix_cache.clear()
         # the sampler's logits scaled (a temperature applied to the log-probs it returns); the next install resets it

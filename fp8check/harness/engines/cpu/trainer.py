@@ -18,7 +18,7 @@ from ...lazy import LazyMap
 from ...memo import Memo
 from ...numerics.forward import Weights, act_quant, dequantized, prompts_logprobs
 from ...record import TrainerRecord
-from .masters import kv_calibration, masters_hf, megatron_masters
+from .masters import device_masters, kv_calibration, masters_hf, megatron_masters
 
 # The reference trainer is deterministic in (model, seed, step): the fault matrix builds hundreds of them, so the
 # FP8 images and BF16 copies of the masters are memoized, per tensor (high-precision tensors are shared by every
@@ -98,24 +98,44 @@ def policy_weights(config: SyncConfig, hf) -> Weights:
 class ReferenceTrainer:
     engine = "cpu-reference-trainer"
 
-    def __init__(self, config: SyncConfig):
+    def __init__(self, config: SyncConfig, device: str | None = None):
+        """`device`: where the learner's tensors live (default: "cuda" on the device sync path, `trainer.device`;
+        else the host, memoized). On a device it holds that path's masters (`device_masters`, the ones the
+        Megatron/TE adapter holds there) and computes its FP8 forward weights, export and log-probs where they
+        live: the same TE-exact quantizer and reference forward, at real shapes without a host copy."""
         config.spec.require_modelled()
         self.config = config
         self.layout = config.layout
         self.step = 0
         self._fp8_cache: dict | None = None
+        self.device = device if device is not None else ("cuda" if config.trainer.device else None)
+        self._dev: tuple | None = None            # (step, masters) on the device
+        self._hf_cache: dict | None = None        # the device export of the current step (stable identities)
+        if self.device is not None:
+            self.engine = f"reference-trainer-{torch.device(self.device).type}"
 
     @property
     def masters(self):
         """The fp32 masters at the current step, Megatron names (generated when read at real shapes)."""
+        if self.device is not None:
+            return self._device_masters()
         return megatron_masters(self.config.model, self.config.seed, self.step)
+
+    def _device_masters(self) -> dict:
+        """`device_masters` at the current step, chained from step 0 (each step's update reads the previous)."""
+        if self._dev is None or self._dev[0] > self.step:
+            self._dev = (0, device_masters(self.layout, self.config.seed, 0, self.device))
+        while self._dev[0] < self.step:
+            k = self._dev[0] + 1
+            self._dev = (k, device_masters(self.layout, self.config.seed, k, self.device, prev=self._dev[1]))
+        return self._dev[1]
 
     # -- optimizer ----------------------------------------------------------------------------------------------
     def optimizer_step(self) -> int:
         """A deterministic update of every master (a stand-in gradient step, harness.engines.cpu.masters; what
         matters here is that every tensor, codes and scales, changes between versions)."""
         self.step += 1
-        self._fp8_cache = None
+        self._fp8_cache = self._hf_cache = None
         return self.step
 
     # -- the learner's FP8 forward weights ----------------------------------------------------------------------
@@ -129,18 +149,32 @@ class ReferenceTrainer:
         return self._fp8_cache
 
     def _forward_at(self, step: int) -> dict[str, torch.Tensor]:
+        if self.device is not None:
+            if step != self.step:
+                raise LookupError(f"the learner on {self.device} keeps its current step ({self.step}) only")
+            m = self._device_masters()
+            return forward_state(self.layout.megatron_shapes, lambda k: te_forward_weight(self.config, k, m[k]))
         return forward_state(self.layout.megatron_shapes, lambda k: forward_weight(self.config, step, k))
 
     def export_hf(self) -> dict[str, torch.Tensor]:
         """Trainer snapshot in HF names: exactly the bytes the learner's forward uses, and the job's calibrated
         KV-cache scales where it has them (a fresh dict; the tensors are shared with a memo and must not be
         written in place)."""
-        return {**hf_state(self.layout, self.fp8_forward_weights(), self.config.trainer_fp8),
-                **kv_calibration(self.config, self.step)}
+        kv = kv_calibration(self.config, self.step)
+        if self.device is not None:
+            if self._hf_cache is None:
+                self._hf_cache = self.layout.megatron_to_hf(self.fp8_forward_weights(),
+                                                            with_scales=self.config.trainer_fp8)
+            return {**self._hf_cache, **{n: t.to(self.device) for n, t in kv.items()}}
+        return {**hf_state(self.layout, self.fp8_forward_weights(), self.config.trainer_fp8), **kv}
 
     def export_hf_at(self, step: int):
         """What `export_hf` returned at `step` (the reference is deterministic in the step), as a mapping that
-        makes each tensor when read."""
+        makes each tensor when read (on a device: the current step only)."""
+        if self.device is not None:
+            if step != self.step:
+                raise LookupError(f"the learner on {self.device} keeps its current step ({self.step}) only")
+            return self.export_hf()
         names = list(self.layout.megatron_shapes) + [scale_name(k) for k in self.layout.megatron_shapes
                                                      if is_fp8_gemm(self.config, k)]
 
@@ -152,6 +186,8 @@ class ReferenceTrainer:
         return {**dict(hf.items()), **kv} if kv else hf
 
     def master_hf(self) -> dict[str, torch.Tensor]:
+        if self.device is not None:
+            return self.layout.megatron_to_hf(self._device_masters(), with_scales=False)
         return masters_hf(self.config, self.step)
 
     def record(self) -> TrainerRecord:
