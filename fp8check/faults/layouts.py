@@ -8,7 +8,7 @@ from fp8check.harness.formats import quantize_blockwise, wire_to_te
 from fp8check.harness.formats.bytes import roll_rows
 from fp8check.harness.layouts import scale_name
 
-from .base import Fault, fp8_targets, pick, register, replace_tensor, swap, with_rollout
+from .base import Fault, NoTarget, fp8_targets, pick, register, replace_tensor, swap, with_rollout
 
 
 def _transpose_square(c, p, ctx, index=0):
@@ -142,7 +142,7 @@ def _pp_double_remap(c, p, ctx, stages=2):
     layers = len(c.spec.layer_types)
     per_stage = -(-layers // stages)
     if layers < 2:
-        raise LookupError("one layer: no pipeline stage > 0")
+        raise NoTarget("one layer: no pipeline stage > 0")
 
     def moved(name):
         parts = name.split(".")

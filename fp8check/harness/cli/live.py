@@ -66,7 +66,7 @@ def render(report: dict, config, args, workdir: str) -> int:
         json.dump(report, f, indent=1, default=str)
     # a re-sync after a destructive fault that left the engine broken must say so; the engine is then replaced
     ok = all(not s["fired"] and not s["unknown"] for s in report["syncs"] if not s.get("engine_replaced")) and \
-        all(f["verdict"] in ("caught", "n/a") for f in report["faults"])
+        all(f["verdict"] in ("caught", "n/a", "no target") for f in report["faults"])
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
