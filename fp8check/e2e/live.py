@@ -34,7 +34,9 @@ class SyncOutcome:
 
     @property
     def unknown(self) -> list[str]:
-        return sorted({f.invariant_id for f in self.findings if f.verdict == UNKNOWN})
+        """Invariants that could not decide, except for a part the session's schedule deferred to its periodic
+        syncs (`checks_every`: S7's idempotence), which the finding says and `extra["deferred"]` names."""
+        return sorted({f.invariant_id for f in self.findings if f.verdict == UNKNOWN and not f.evidence.get("deferred")})
 
     def to_json(self) -> dict:
         return {"label": self.label, "version": self.version, "fired": self.fired, "unknown": self.unknown,
