@@ -65,3 +65,108 @@ def test_c1_names_every_fp8_tensor_it_could_not_check(synced):
                    ("unknown", fp8[1], "not checked: the trainer snapshot lacks it"),
                    ("unknown", fp8[2] + "_scale_inv",
                     f"scale not checked: the trainer snapshot lacks {fp8[2]}_scale_inv")}, got
+
+
+# -- UNKNOWN and empty are never PASS: check_sync, the plugin, the verdict of no findings, ids ------------------------
+def _installed():
+    from fp8check.harness.engines.registry import make_engine
+    cfg = recommended_config("tiny-dense", "blockwise-fp32")
+    trainer = make_engine("trainer", "cpu-reference", cfg)
+    trainer.optimizer_step()
+    eng = make_engine("rollout", "cpu-reference", cfg)
+    sent = dict(trainer.export_hf())
+    eng.install([(k, t, 1) for k, t in sent.items()], 1)
+    return cfg, trainer, eng, sent
+
+
+def test_no_finding_at_all_is_unknown():
+    from fp8check.invariants import overall
+    assert overall([]) == "unknown"
+
+
+def test_check_sync_fails_on_unknown_unless_the_caller_accepts_it():
+    from fp8check.harness.integrations.check import SyncCheckFailed, check_sync
+    cfg, _, eng, sent = _installed()
+    with pytest.raises(SyncCheckFailed) as e:          # no version given: S7 cannot decide which one is served
+        check_sync(eng, sent, cfg)
+    assert not [f for f in e.value.findings if f.verdict == "fail"]
+    assert str(e.value).startswith("no violation, 2 undecided (UNKNOWN: S7)"), str(e.value)
+    accepted = check_sync(eng, sent, cfg, allow_unknown=True)
+    assert {f.verdict for f in accepted} == {"pass", "unknown"}
+
+
+def test_an_invariant_id_not_in_the_catalog_is_refused_naming_the_nearest():
+    """The review's case: `ids=["s3"]` on a doubled block scale returned [] (the id dropped, nothing run)."""
+    from fp8check.harness.errors import BadInput
+    from fp8check.harness.integrations.check import SyncCheckFailed, check_sync
+    cfg, _, eng, sent = _installed()
+    sn = "model.layers.0.mlp.down_proj.weight_scale_inv"
+    doubled = {**sent, sn: sent[sn] * 2}
+    eng.install([(sn, doubled[sn], 1)], 1)
+    with pytest.raises(BadInput) as e:
+        check_sync(eng, doubled, cfg, ids=["s3"], version=1)
+    assert str(e.value).startswith("unknown invariant id 's3': not in the catalog; nearest: S3, ")
+    with pytest.raises(SyncCheckFailed):
+        check_sync(eng, sent, cfg, ids=["S3"], version=1)
+
+
+def test_the_plugin_fails_on_unknown_unless_accepted():
+    from fp8check.harness.engines.registry import make_engine
+    from fp8check.harness.integrations.check import SyncCheckFailed
+    from fp8check.harness.integrations.pytest_plugin import SyncChecker
+    cfg, trainer, _, _ = _installed()
+    checker = SyncChecker(cfg, trainer, make_engine("rollout", "cpu-reference", cfg))
+
+    def sync(w, m, load):
+        load(list(w.items()))
+    with pytest.raises(SyncCheckFailed) as e:          # R4 named: no sleep / wake cycle to judge
+        checker(sync, ids=["R4"])
+    assert [f.verdict for f in e.value.findings] == ["unknown"]
+    assert [f.verdict for f in checker(sync, ids=["R4"], allow_unknown=True)] == ["unknown"]
+
+
+PLUGIN_USER_TEST = '''
+def test_scales_left_out(fp8check_sync):
+    fp8check_sync(lambda w, m, load: load([(k, v) for k, v in w.items() if not k.endswith("_scale_inv")]))
+
+
+def test_nothing_to_judge(fp8check_sync):
+    fp8check_sync(lambda w, m, load: load(list(w.items())), ids=["R4"])
+'''
+
+
+def test_the_plugins_failure_shows_the_findings_not_its_source(tmp_path):
+    """A user's failing test shows its own line and then the findings, root first: not the plugin's frames (about
+    50 lines of its source). `--fp8check-allow-unknown` accepts an UNKNOWN for the session."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "test_user.py").write_text(PLUGIN_USER_TEST)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--fp8check-allow-unknown",
+                        str(tmp_path / "test_user.py")], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": root})
+    out = p.stdout
+    assert "1 failed, 1 passed" in out, out[-3000:]
+    assert "eng.poison()" not in out and "def __call__" not in out, out
+    lines = out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith(">") and "fp8check_sync(" in ln)
+    assert lines[at + 1].startswith("E       fp8check.harness.integrations.check.SyncCheckFailed: ")
+    assert lines[at + 2].strip().startswith("E") and "S1 model.layers.0." in lines[at + 2], lines[at:at + 4]
+
+
+def test_preflight_counts_rules_of_another_stack_apart_from_those_that_hold(capsys):
+    """examples/skyrl_hopper_fp8.yaml is a SkyRL job: verl's V1-V5 and NeMo RL's N1-N13 have nothing to judge in
+    it; they are not applicable (saying why), never among the rules that hold."""
+    import json
+    from fp8check.harness.cli import main
+    other = {f"V{i}" for i in range(1, 6)} | {f"N{i}" for i in range(1, 14)}
+    main(["preflight", "examples/skyrl_hopper_fp8.yaml", "--gpu", "sm90", "--json"])
+    rep = json.loads(capsys.readouterr().out)
+    na = {ln["rule"]: ln["why"] for ln in rep["lines"] if ln["level"] == "n/a"}
+    assert set(na) == other and rep["not_applicable"] == len(other), sorted(na)
+    assert all("this job's keys are skyrl's" in why for why in na.values())
+    assert not other & {ln["rule"] for ln in rep["lines"] if ln["level"] == "ok"}
+    main(["preflight", "examples/skyrl_hopper_fp8.yaml", "--gpu", "sm90"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"{rep['hold']} rule(s) hold, 18 not applicable to this job" in last, last

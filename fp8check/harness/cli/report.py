@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 STYLE = {"pass": "green", "fail": "bold red", "unknown": "yellow", "ok": "green", "error": "bold red",
-         "warning": "yellow"}
+         "warning": "yellow", "n/a": "dim"}
 
 
 def console(stream=None) -> Console:

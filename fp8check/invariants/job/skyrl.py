@@ -9,7 +9,7 @@ from fp8check.harness.jobconfig.keys import SKYRL_ENGINE, SKYRL_MEGATRON, SKYRL_
 from fp8check.harness.jobconfig.stacks import SKYRL_ENGINE_QUANT
 
 from ..base import CheckContext, invariant
-from .common import NEEDS, finding
+from .common import NEEDS, SKYRL, finding
 
 U = "skyrl/train/utils/utils.py"
 Q = "skyrl/backends/skyrl_train/distributed/megatron/quantization_utils.py"
@@ -23,24 +23,22 @@ def _wire(j):
 
 @invariant("K2", "job", "the wire format's current name",
            "fp8_weight_sync_mode is one SkyRL accepts: null, blockwise, mxfp8 or auto (`serialized_blockwise`, the "
-           "pre-rename name, is refused)", needs=NEEDS, live=False,
+           "pre-rename name, is refused)", needs=NEEDS, stacks=SKYRL, live=False,
            source=f"SkyRL {U}:610-614 validate_inference_engine_cfg (Unsupported fp8_weight_sync_mode); renamed in "
                   "commit 42e8eec3 with no alias",
            why="PR #1887 and early #1898 docs called the blockwise wire `serialized_blockwise`; the rename kept no "
                "alias, so SkyRL raises ValueError at startup. Write blockwise (or auto).")
 def k2_old_name(ctx: CheckContext):
-    j = ctx.job
-    if j.stack == "skyrl":
-        w = j.fact("wire_written")
-        if w.value == "serialized_blockwise":
-            return [finding("K2", w.key, w.value, "the pre-rename name of the blockwise wire: SkyRL raises "
-                            "'Unsupported fp8_weight_sync_mode'", "write blockwise (or auto)")]
+    w = ctx.job.fact("wire_written")
+    if w.value == "serialized_blockwise":
+        return [finding("K2", w.key, w.value, "the pre-rename name of the blockwise wire: SkyRL raises "
+                        "'Unsupported fp8_weight_sync_mode'", "write blockwise (or auto)")]
     return []
 
 
 @invariant("K4", "job", "the engine's quantization is the one SkyRL forces",
            "with FP8 weight sync, engine_init_kwargs.quantization (if written) is what SkyRL forces for the wire: fp8 "
-           "for blockwise, compressed-tensors for mxfp8", needs=NEEDS, live=False,
+           "for blockwise, compressed-tensors for mxfp8", needs=NEEDS, stacks=SKYRL, live=False,
            source=f"SkyRL {S}:52-57, 75-77 (_set_or_validate raises on a different value); {Q}:180-195 "
                   "(wire_to_engine_quantization)",
            why="SkyRL starts vLLM with the quantization method that serves its wire and refuses a user value that "
@@ -57,7 +55,7 @@ def k4_engine_quant(ctx: CheckContext):
 
 @invariant("K7", "job", "persistent FP8 parameters need the FP8 all-gather",
            "fp8_param (persistent FP8 weights) needs ddp_config.fp8_param_gather=true, unless "
-           "trainer.policy.inference_only_init", needs=NEEDS, live=False,
+           "trainer.policy.inference_only_init", needs=NEEDS, stacks=SKYRL, live=False,
            source=f"SkyRL {U}:216-226 validate_megatron_cfg (ValueError 'Persistent policy fp8_param training "
                   "requires ...fp8_param_gather=true')",
            why="With FP8 parameters the DDP all-gather must move FP8 shards, or every rank re-quantizes a BF16 "
@@ -67,7 +65,7 @@ def k7_param_gather(ctx: CheckContext):
     j = ctx.job
     p = j.fact("fp8_param")
     key = SKYRL_MEGATRON + "ddp_config.fp8_param_gather"
-    if j.stack == "skyrl" and p.value and p.key and p.key.startswith(SKYRL_MEGATRON) and \
+    if p.value and p.key and p.key.startswith(SKYRL_MEGATRON) and \
             not j.value("trainer.policy.inference_only_init") and not j.value(key, False):
         return [finding("K7", key, j.value(key), "persistent FP8 parameters need the FP8 all-gather",
                         f"set {key}=true")]
@@ -76,7 +74,7 @@ def k7_param_gather(ctx: CheckContext):
 
 @invariant("K8", "job", "FP8 weight sync needs the Megatron trainer",
            "serialized FP8 weight sync reads the FP8 forward weights from Transformer Engine: trainer.strategy is "
-           "megatron (SkyRL's default is fsdp)", needs=NEEDS, live=False,
+           "megatron (SkyRL's default is fsdp)", needs=NEEDS, stacks=SKYRL, live=False,
            source=f"SkyRL {U}:615-617 validate_inference_engine_cfg; default strategy fsdp (train/config/config.py:1399)",
            why="Only the Megatron backend has Transformer Engine's FP8 weights to send. Set trainer.strategy=megatron.")
 def k8_strategy(ctx: CheckContext):
@@ -89,7 +87,7 @@ def k8_strategy(ctx: CheckContext):
 
 @invariant("K10", "job", "the engine boots on dummy weights",
            "with FP8 weight sync, engine_init_kwargs.load_format (if written) is dummy: the first sync supplies the "
-           "weights", needs=NEEDS, live=False, source=f"SkyRL {S}:78 (_set_or_validate load_format='dummy')",
+           "weights", needs=NEEDS, stacks=SKYRL, live=False, source=f"SkyRL {S}:78 (_set_or_validate load_format='dummy')",
            why="SkyRL builds the FP8 engine without a checkpoint and refuses any other load_format (ValueError). "
                "Remove engine_init_kwargs.load_format.")
 def k10_load_format(ctx: CheckContext):
@@ -104,7 +102,7 @@ def k10_load_format(ctx: CheckContext):
 @invariant("K11", "job", "the quantization_config SkyRL injects",
            "user hf_overrides.quantization_config keys equal what SkyRL injects for the wire (blockwise: quant_method "
            "fp8, activation_scheme dynamic; mxfp8: quant_method compressed-tensors, format float-quantized, the "
-           "exclusions under `ignore`)", needs=NEEDS, live=False,
+           "exclusions under `ignore`)", needs=NEEDS, stacks=SKYRL, live=False,
            source="SkyRL skyrl/backends/skyrl_train/weight_sync/fp8/vllm_format.py:113-147 "
                   f"(get_serialized_fp8_quantization_config); {S}:98-111 (_set_or_validate)",
            why="SkyRL raises on a differing value; and under the mxfp8 wire (compressed-tensors) an `ignored_layers` "
@@ -183,14 +181,14 @@ def k14_e8m0(ctx: CheckContext):
 
 @invariant("K15", "job", "an `auto` wire needs a concrete recipe on the driver",
            "fp8_weight_sync_mode=auto with fp8_recipe=auto needs a driver that sees a GPU: a GPU-less driver leaves "
-           "the recipe auto and SkyRL refuses to guess the wire", needs=NEEDS, live=False,
+           "the recipe auto and SkyRL refuses to guess the wire", needs=NEEDS, stacks=SKYRL, live=False,
            source=f"SkyRL {Q}:153-177 resolve_auto_wire_format (ValueError \"cannot be resolved while fp8_recipe is "
                   "still 'auto'\")",
            why="The wire shapes every engine's boot config, so unlike the recipe it cannot defer to the workers. On a "
                "GPU-less driver write fp8_recipe (blockwise | mxfp8) or fp8_weight_sync_mode explicitly.")
 def k15_auto_auto(ctx: CheckContext):
     j = ctx.job
-    if j.stack == "skyrl" and j.get("wire_written") == "auto" and j.get("recipe_written") == "auto" and \
+    if j.get("wire_written") == "auto" and j.get("recipe_written") == "auto" and \
             j.get("gpu_assumed"):
         w = j.fact("wire_written")
         return [finding("K15", w.key, w.value, "the driver sees no GPU, so fp8_recipe stays auto and SkyRL cannot "
@@ -200,7 +198,7 @@ def k15_auto_auto(ctx: CheckContext):
 
 
 @invariant("K16", "job", "FP8 weight sync goes over the nccl backend",
-           "with FP8 weight sync, generator.inference_engine.weight_sync_backend is nccl", needs=NEEDS, live=False,
+           "with FP8 weight sync, generator.inference_engine.weight_sync_backend is nccl", needs=NEEDS, stacks=SKYRL, live=False,
            source=f"SkyRL {U}:209-212 (megatron allows nccl | delta); "
                   "skyrl/backends/skyrl_train/weight_sync/delta_strategy.py:97-103 (delta + serialized FP8 raises at "
                   "the first sync, not at validation)",
@@ -216,7 +214,7 @@ def k16_backend(ctx: CheckContext):
 
 
 @invariant("K17", "job", "FP8 weight sync serves through vLLM",
-           "with FP8 weight sync, generator.inference_engine.backend is vllm", needs=NEEDS, live=False,
+           "with FP8 weight sync, generator.inference_engine.backend is vllm", needs=NEEDS, stacks=SKYRL, live=False,
            source=f"SkyRL {U}:213 (validate_megatron_cfg: only vllm with megatron)",
            why="SkyRL's Megatron path and its FP8 receiver exist for vLLM only. Set generator.inference_engine.backend=vllm.")
 def k17_vllm(ctx: CheckContext):
@@ -229,7 +227,7 @@ def k17_vllm(ctx: CheckContext):
 
 @invariant("K19", "job", "SkyRL has an FP8 spec for the model",
            "SkyRL's FP8 weight sync finds a registered ModelFp8Spec for the model (at PR #2072 only Qwen3.5: "
-           "model_type qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)", needs=NEEDS, live=False,
+           "model_type qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)", needs=NEEDS, stacks=SKYRL, live=False,
            severity="warning",
            source=f"SkyRL {S}:32-49 (_serialized_fp8_ignored_layers raises 'no registered model spec'); "
                   "skyrl/backends/skyrl_train/weight_sync/fp8/models/qwen35.py:73-74",
@@ -250,7 +248,7 @@ def k19_spec(ctx: CheckContext):
 
 @invariant("X6", "exclusion", "the engine's ignored_layers come from the one exclusion set",
            "an explicit engine ignored_layers (blockwise) / ignore (mxfp8) override equals the trainer's high-precision "
-           "GEMMs exactly", needs=NEEDS, live=False,
+           "GEMMs exactly", needs=NEEDS, stacks=SKYRL, live=False,
            source=f"SkyRL {S}:52-57, 102-111 (_set_or_validate raises when the user list differs from the spec's)",
            why="Two lists of high-precision modules drift apart: a module BF16 in one engine and FP8 in the other "
                "runs another policy. Remove the override; the list is derived from the one exclusion set.")
@@ -259,7 +257,7 @@ def x6_override(ctx: CheckContext):
     wire = _wire(j)
     name = "ignore" if wire == "mxfp8" else "ignored_layers"
     k = SKYRL_QCFG + name
-    if j.stack != "skyrl" or not j.has(k) or not isinstance(j.value(k), list):
+    if not j.has(k) or not isinstance(j.value(k), list):
         return []
     want, got = set(ctx.config.ignored_layers), set(j.value(k))
     if got != want:
@@ -275,7 +273,7 @@ FQ = "skyrl/backends/skyrl_train/weight_sync/fp8/quantize.py"
 
 @invariant("K23", "job", "MXFP8 batched experts reduce over multiples of 32",
            "with the mxfp8 wire on an MoE model, every routed expert's reduction dim divides by 32: hidden_size for "
-           "gate|up (w13) and moe_intermediate_size for down (w2)", needs=NEEDS, live=False,
+           "gate|up (w13) and moe_intermediate_size for down (w2)", needs=NEEDS, stacks=SKYRL, live=False,
            source=f"SkyRL PR #2072 {V}:176-194 and {FQ}:249-254 (batched MoE experts are not filtered like dense "
                   "weights; 'MXFP8 requires the reduction dimension to be a multiple of 32' raised while serializing)",
            why="SkyRL leaves a dense weight whose K is not a multiple of 32 in BF16, but serializes the batched expert "
@@ -297,7 +295,7 @@ def k23_mx_experts(ctx: CheckContext):
 
 @invariant("K24", "job", "the MX cast backend runs on this GPU",
            "SKYRL_MX_CAST_BACKEND=te (Transformer Engine's MXFP8 quantizer for the wire) only on a GPU where TE's "
-           "MXFP8 runs (sm100+)", needs=NEEDS, live=False,
+           "MXFP8 runs (sm100+)", needs=NEEDS, stacks=SKYRL, live=False,
            source=f"SkyRL PR #2072 {FQ}:192-214 ('SKYRL_MX_CAST_BACKEND=te but the TE MXFP8 quantizer is unusable on "
                   "this device', raised when the wire is first cast)",
            why="The variable forces TE's MXFP8 cast for the serialized wire; TE has no MXFP8 kernels before "
@@ -305,7 +303,7 @@ def k23_mx_experts(ctx: CheckContext):
                "cast that runs here) or run the trainer on sm100+.")
 def k24_mx_cast(ctx: CheckContext):
     j = ctx.job
-    if j.stack != "skyrl" or _wire(j) != "mxfp8":
+    if _wire(j) != "mxfp8":
         return []
     v = j.getenv("SKYRL_MX_CAST_BACKEND")
     arch = j.get("gpu")
