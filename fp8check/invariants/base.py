@@ -61,6 +61,10 @@ class CheckContext:
     # pure functions of the trainer's tensors the pipeline computed ahead for this sync, during the install
     # (invariants.sync.TrainerScreens): a check takes a result only for the very tensors it was computed from
     screens: object = None
+    # the payload's receive report and record digests hold for its bytes (made by this process's receiver, or
+    # verified against them when a snapshot was read): a matching digest may stand for the wire's bytes
+    # (`wire_verified`). False: the wire is judged by its bytes, as the engine state is
+    wire_digests: bool = True
 
     def trainer_value(self, name: str):
         """One trainer tensor as fp32 values (FP8 dequantized), computed on demand; None if absent. Dequantized
@@ -160,7 +164,7 @@ class CheckContext:
         from fp8check.harness.sync.payload import sender_digests
         meta = self.payload.meta if self.payload is not None else None
         rcv = getattr(meta, "receive", None)
-        if rcv is None or self.trainer is None:
+        if rcv is None or self.trainer is None or not self.wire_digests:
             return frozenset()
         counts = Counter(r.name for r in meta.records)
         bad = set(rcv.digest_mismatch)

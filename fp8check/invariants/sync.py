@@ -546,6 +546,10 @@ def s4_layout(ctx: CheckContext):
             elif n in hf_shapes and shp != tuple(hf_shapes[n]):
                 out.append(fail("S4", n, f"shape {list(shp)} on the wire, checkpoint shape is {list(hf_shapes[n])}",
                                 stage="wire"))
+            got = tuple(ctx.payload.describe(n)[0]) if n in ctx.payload else shp
+            if got != shp:                # the bytes themselves, as S5 holds their dtype to the record's
+                out.append(fail("S4", n, f"manifest says shape {list(shp)}, bytes arrived as {list(got)}",
+                                stage="transport", record_shape=list(shp), received_shape=list(got)))
     # engine shapes per rank
     for k in ctx.rollout.names():
         rank, n = split_rank_name(k)
