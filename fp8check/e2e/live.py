@@ -194,6 +194,9 @@ class LiveSession:
         if p1 is not None:
             out.extra["probe_bounds"] = p1.evidence.get("bounds")
             out.extra["probe_floor"] = p1.evidence.get("floor")
+            # each engine against its own reference (the learner's bytes; a perfect sync's engine)
+            out.extra["probe_learner"] = p1.evidence.get("learner")
+            out.extra["probe_sampler"] = p1.evidence.get("sampler")
         return out
 
     def write_snapshot(self, out: str) -> str:
