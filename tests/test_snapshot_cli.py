@@ -306,3 +306,27 @@ def test_a_payload_record_that_lies_about_the_receive_is_named(snap, tmp_path, c
         f"payload.safetensors: tensor '{DOWN}_scale_inv' does not have its record's digest (manifest.json "
         f"payload.records: {next(r['digest'] for r in m['payload']['records'] if r['name'] == DOWN + '_scale_inv')})"
         " while the receive report lists no mismatch for it"]
+
+
+# -- tables never cut a tensor or fault name, at 80 columns too ------------------------------------------------------
+def test_verify_at_80_columns_keeps_every_tensor_name_whole(snap, tmp_path, capsys, monkeypatch):
+    """The review's case: at 80 columns the S1 row of a missing down_proj cut the tensor name before down_proj."""
+    import re
+    monkeypatch.setenv("COLUMNS", "80")
+    d = copy(snap, tmp_path)
+    name = "model.layers.1.mlp.down_proj.weight"
+    edit(d, "rollout.safetensors", lambda t: t.pop(name))
+    assert main(["verify", d]) == 1
+    out = capsys.readouterr().out
+    s1 = [ln for ln in out.splitlines() if re.match(r"\W*S1\W", ln)]
+    assert s1 and all(name in ln for ln in s1), out
+    assert set(n.rstrip(".'") for n in re.findall(r"model\.[\w.']+", out)) == {name}, out
+
+
+def test_faults_list_at_80_columns_keeps_every_fault_name_whole(capsys, monkeypatch):
+    """Each fault name as `--fault` takes it, whole on one line (they broke mid-word at 80 columns)."""
+    from fp8check import faults
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["faults", "--list"]) == 0
+    words = {w for ln in capsys.readouterr().out.splitlines() for w in ln.replace("│", " ").split()}
+    assert set(faults.FAULTS) <= words, sorted(set(faults.FAULTS) - words)

@@ -5,12 +5,12 @@ import json
 import os
 import time
 
-from rich.table import Table
+from rich.markup import escape
 
 from ..errors import did_you_mean
 from ..formats import RECIPES
 from ..models import ModelError, get_model, with_layers
-from .report import console, junit_xml
+from .report import console, junit_xml, print_rows
 
 VERDICT_STYLE = {"caught": "green", "pass": "green", "n/a": "dim", "no-target": "dim", "missed": "bold red",
                  "partial": "bold red",
@@ -58,14 +58,13 @@ def run(args) -> int:
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
-        t = Table(title=f"fp8check faults ('live': injectable into running engines, {cfg.model}, {cfg.recipe.name})")
-        for c in ("fault", "family", "stage", "must all fire", "may fire", "silent", "live", "what"):
-            t.add_column(c, overflow="fold")
-        for r in rows:
-            t.add_row(r["fault"], r["family"], r["stage"], ",".join(r["trips"]), ",".join(r["may"]),
-                      "yes" if r["silent"] else "",
-                      "yes" if r["live"] else "", r["description"])
-        console().print(t)
+        # a fault name is never cut (it is what --fault takes): print_rows keeps every word of a cell whole
+        print_rows(console(), f"fp8check faults ('live': injectable into running engines, {cfg.model}, "
+                              f"{cfg.recipe.name})",
+                   ("fault", "family", "stage", "must all fire", "may fire", "silent", "live", "what"),
+                   [[escape(r["fault"]), r["family"], r["stage"], ", ".join(r["trips"]), ", ".join(r["may"]),
+                     "yes" if r["silent"] else "", "yes" if r["live"] else "", escape(r["description"])]
+                    for r in rows], head=("fault", "family", "stage", "silent", "live"))
         return 0
     from fp8check.faults.matrix import available_memory, cell_bytes, largest_model, memory_workers
     fit = memory_workers(models)
@@ -84,18 +83,16 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"summary": s, "cells": [c.to_json() for c in cells]}, indent=1))
     else:
-        t = Table(title="fp8check fault-injection matrix (CPU reference)")
-        for c in ("fault", "model", "recipe", "must all fire", "fired", "verdict"):
-            t.add_column(c, overflow="fold")
-        for c in cells:
-            if c.verdict in SKIPPED and not args.all:
-                continue
-            t.add_row(c.fault or "(clean)", c.model, c.recipe, ",".join(c.expected) or "nothing",
-                      ",".join(c.fired) + (f" ?{','.join(c.unknown)}" if c.unknown else "")
-                      + (f" !{','.join(c.undeclared)}" if c.undeclared else ""),
-                      f"[{VERDICT_STYLE.get(c.verdict, '')}]{c.verdict}[/]" + (f" ({c.detail[:60]})" if c.verdict in ("error", "no-target") else ""))
         con = console()
-        con.print(t)
+        print_rows(con, "fp8check fault-injection matrix (CPU reference)",
+                   ("fault", "model", "recipe", "must all fire", "fired", "verdict"),
+                   [[c.fault or "(clean)", c.model, c.recipe, ", ".join(c.expected) or "nothing",
+                     ", ".join(c.fired) + (f" ?{', ?'.join(c.unknown)}" if c.unknown else "")
+                     + (f" !{', !'.join(c.undeclared)}" if c.undeclared else ""),
+                     f"[{VERDICT_STYLE.get(c.verdict, '')}]{c.verdict}[/]"
+                     + (escape(f" ({c.detail[:60]})") if c.verdict in ("error", "no-target") else "")]
+                    for c in cells if args.all or c.verdict not in SKIPPED],
+                   head=("fault", "model", "recipe", "verdict"))
         if any(c.unknown or c.undeclared for c in cells):
             con.print("[dim]fired: invariants that failed; ?X: X could not decide (unknown, never counted as a "
                       "pass); !X: X fired although the fault does not declare it (must or may)[/]", soft_wrap=True)

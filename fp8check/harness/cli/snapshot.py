@@ -9,7 +9,7 @@ from ..snapshot import (FILES, MANIFEST, SnapshotError, prepare_out_dir, read_sn
                         write_snapshot_dir)
 from ..snapshot.disk import changed_since_capture, check_manifest
 from ..sync.pipeline import reference_sync
-from .report import console, findings_json, findings_table, junit_xml
+from .report import console, findings_json, junit_xml, print_findings
 
 
 def write_reference_snapshot(config: SyncConfig, out: str, steps: int = 1) -> str:
@@ -104,7 +104,7 @@ def verify_dir(path: str, as_json: bool = False, junit: str | None = None, allow
     else:
         c = console()
         shown = [f for f in findings if f.verdict != "pass"] or [f for f in findings if f.message]
-        c.print(findings_table(shown, title=f"fp8check verify {path}"))
+        print_findings(c, shown, title=f"fp8check verify {path}")
         if changed:
             c.print(f"[bold red]not as captured[/] ({len(changed)}):", soft_wrap=True)
             for line in changed[:10]:
