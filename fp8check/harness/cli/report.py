@@ -89,18 +89,6 @@ def print_findings(con: Console, findings, title: str = "findings", show_pass: b
     print_rows(con, title, ("id", "verdict", "tensor", "what", "evidence"), rows, head=("id", "verdict", "tensor"))
 
 
-def findings_table(findings, title: str = "findings", show_pass: bool = True) -> Table:
-    t = Table(title=title, show_lines=False, expand=False)
-    for col in ("id", "verdict", "tensor", "what", "evidence"):
-        t.add_column(col, overflow="fold")
-    for f in findings:
-        if f.verdict == "pass" and not show_pass:
-            continue
-        t.add_row(f.invariant_id, f"[{STYLE[f.verdict]}]{f.verdict}[/]", f.tensor or "", f.message,
-                  _evidence_line(f.evidence))
-    return t
-
-
 def findings_json(findings, **extra) -> str:
     from fp8check.invariants.base import by_invariant, overall
     return json.dumps({"verdict": overall(findings), "invariants": by_invariant(findings),
