@@ -176,7 +176,7 @@ def run(args) -> int:
                     soft_wrap=True)
         c.print(f"{'FAILED' if errors else 'OK'}: {errors} error(s), {summary['warnings']} warning(s), "
                 f"{summary['hold']} rule(s) hold, {summary['not_applicable']} not applicable to this job"
-                f"{'' if args.verbose else ' (-v lists them)'}")
+                f"{'' if args.verbose else ' (-v lists them)'}", soft_wrap=True)
     return 1 if errors else 0
 
 
