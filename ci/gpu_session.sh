@@ -1,7 +1,7 @@
 #!/bin/bash
 # The GPU test session, phase by phase: bash ci/gpu_session.sh PHASE [PHASE ...]   (or: all)
 # Phases: numerics conformance-dense conformance-moe live serving user versions online precisions triton kernels checkkernels
-# scale. Each phase is one pytest process
+# scale examples. Each phase is one pytest process
 # with its own time limit (well inside 9 minutes), engines shared within it and released at its end, and prints
 # its own summary line. Logs and every measured figure (JSON lines) go under ${OUT:-./gpu-results}.
 set -uo pipefail
@@ -25,8 +25,9 @@ declare -A FILES=(
   [kernels]="tests/gpu/test_check_kernels.py tests/gpu/test_triton_conformance.py"
   [checkkernels]="tests/gpu/test_check_kernels.py"
   [scale]="tests/gpu/test_real_scale.py"
+  [examples]="tests/gpu/test_example_verdicts.py"
 )
-ORDER="numerics conformance-dense conformance-moe live serving user versions online precisions triton kernels checkkernels scale"
+ORDER="numerics conformance-dense conformance-moe live serving user versions online precisions triton kernels checkkernels scale examples"
 PHASES="$*"; [[ -z "$PHASES" || "$PHASES" == all ]] && PHASES=$ORDER
 rc=0
 for ph in $PHASES; do

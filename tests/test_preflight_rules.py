@@ -203,9 +203,9 @@ def run_case(c, tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     rep = json.loads(out)
     levels: dict = {}
-    rank = {"ok": 0, "warning": 1, "error": 2}
+    rank = {"n/a": -1, "ok": 0, "warning": 1, "error": 2}
     for ln in rep["lines"]:
-        if rank[ln["level"]] >= rank.get(levels.get(ln["rule"], "ok"), 0):
+        if rank[ln["level"]] >= rank.get(levels.get(ln["rule"], "n/a"), -1):
             levels[ln["rule"]] = ln["level"]
     return rc, levels
 

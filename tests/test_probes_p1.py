@@ -46,6 +46,25 @@ def test_the_bound_does_not_move_with_the_measurement(clean):
     assert all(f.evidence["bounds"] == a.evidence["bounds"] for f in moved)
 
 
+def test_a_learner_whose_log_probs_are_off_fails_as_the_learner(clean):
+    """The review's case: the learner's measured log-probs x1.6 passed P1, its floor scored against that very
+    measurement (mean |dlogprob| 5.05 against a bound of 12.6). The bound now comes from the reference forwards of
+    the trainer's bytes and of a perfect sync's engine, which no engine measured: the same bound as a correct sync,
+    and the learner named as the side that is off."""
+    run = clean.probe_run
+    (ok,) = _p1(clean, run)
+    assert ok.verdict == "pass" and ok.evidence["learner"]["mean_abs_dlogprob"] <= 1e-5, ok
+    off = _p1(clean, ProbeRun(run.prompts, [x * 1.6 for x in run.trainer], run.rollout))
+    assert off and {f.verdict for f in off} == {"fail"}, off
+    assert all(f.evidence["bounds"] == ok.evidence["bounds"] for f in off)
+    learner = [f for f in off if f.message.endswith("against the reference forward of its own bytes")]
+    assert {f.message.split(" = ")[0] for f in learner} == {"mean_abs_dlogprob", "mult_prob_error_median", "kl"}
+    assert not [f for f in off if "sampler's log-probs against the reference" in f.message]
+    # x1.6 on log-probs near log(1/vocab): |dlogprob| ~ 0.6 x |logprob|, two orders past the field's 0.05
+    want = float(torch.cat([x.double() for x in run.trainer]).abs().mean()) * 0.6
+    assert off[0].evidence["learner"]["mean_abs_dlogprob"] == pytest.approx(want, rel=1e-6)
+
+
 def test_an_engine_that_cannot_serve_the_probe_is_unknown_not_a_crash():
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     trainer, rollout = reference_engines(cfg)

@@ -196,3 +196,137 @@ def test_faults_list_names_every_fault_and_which_run_live(capsys):
     assert set(rows) == set(faults.FAULTS)
     live = set(live_faults(recommended_config("tiny-moe", "blockwise-fp32"), VLLMEngine.knobs, differential=True))
     assert {n for n, r in rows.items() if r["live"]} == live and live
+
+
+# -- a snapshot fails closed: tensors changed since capture, a manifest that disagrees with itself or the tensors -----
+DOWN = "model.layers.0.mlp.down_proj.weight"
+
+
+def _manifest(d):
+    return json.load(open(os.path.join(d, "manifest.json")))
+
+
+def _write_manifest(d, m):
+    json.dump(m, open(os.path.join(d, "manifest.json"), "w"))
+
+
+def _grid(d, weight):
+    """A weight's unpadded 128x128 scale grid, from the trainer file's header (not from fp8check)."""
+    from safetensors import safe_open
+    with safe_open(os.path.join(d, "trainer.safetensors"), framework="pt") as f:
+        n, k = f.get_slice(weight).get_shape()
+    return [-(-n // 128), -(-k // 128)]
+
+
+def test_a_payload_scale_replaced_after_capture_is_judged_by_its_bytes(snap, tmp_path, capsys):
+    """The review's case: a 3x3 tensor put in place of a payload weight_scale_inv verified PASS (the manifest's
+    digests stood for the wire's bytes). Its bytes are now judged: S3 and S4 fail, and the change is named."""
+    d = copy(snap, tmp_path)
+    edit(d, "payload.safetensors", lambda t: t.__setitem__(DOWN + "_scale_inv", torch.ones(3, 3)))
+    rc, rep = verify_json(d, capsys)
+    assert rc == 1 and {"S3", "S4"} <= set(rep["failing"]), rep["failing"]
+    s4 = [f for f in rep["findings"] if f["invariant_id"] == "S4" and f["verdict"] == "fail"]
+    assert [(f["tensor"], f["message"], f["evidence"]["stage"]) for f in s4] == [
+        (DOWN + "_scale_inv", f"manifest says shape {_grid(d, DOWN)}, bytes arrived as [3, 3]", "transport")]
+    assert [c for c in rep["changed_since_capture"] if DOWN + "_scale_inv" in c and "payload.safetensors" in c]
+
+
+def test_a_wire_that_carried_a_wrong_scale_grid_fails_at_stage_wire(snap, tmp_path, capsys):
+    """The same 3x3 scale as the sync's own record (file, digests and record resealed): the wire is judged like
+    the engine state, S4 at stage wire."""
+    from fp8check.harness.sync.payload import tensor_digest
+    d = copy(snap, tmp_path)
+    bad = torch.ones(3, 3)
+    edit(d, "payload.safetensors", lambda t: t.__setitem__(DOWN + "_scale_inv", bad))
+    m = _manifest(d)
+    m["digests"]["payload"][DOWN + "_scale_inv"] = tensor_digest(bad)
+    for r in m["payload"]["records"]:
+        if r["name"] == DOWN + "_scale_inv":
+            r["shape"], r["digest"] = [3, 3], tensor_digest(bad)
+    _write_manifest(d, m)
+    rc, rep = verify_json(d, capsys)
+    s4 = {(f["tensor"], f["evidence"].get("stage")) for f in rep["findings"] if f["invariant_id"] == "S4"
+          and f["verdict"] == "fail"}
+    assert rc == 1 and (DOWN + "_scale_inv", "wire") in s4 and rep["changed_since_capture"] == [], rep["failing"]
+
+
+def test_a_trainer_digest_edited_in_the_manifest_is_a_bad_snapshot(snap, tmp_path):
+    d = copy(snap, tmp_path)
+    m = _manifest(d)
+    m["digests"]["trainer"][DOWN] = "b2:" + "0" * 32
+    _write_manifest(d, m)
+    rc, err = one_line_error(["verify", d])
+    assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"trainer.safetensors: tensor '{DOWN}' changed since capture" in err and "manifest.json" in err, err
+
+
+def test_a_manifest_whose_recipe_disagrees_with_its_config_is_a_bad_snapshot(snap, tmp_path):
+    d = copy(snap, tmp_path)
+    m = _manifest(d)
+    assert m["config"]["recipe"]["name"] == "blockwise-fp32"
+    m["recipe"] = "blockwise-pow2"
+    _write_manifest(d, m)
+    rc, err = one_line_error(["verify", d])
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "manifest.json: recipe is 'blockwise-pow2' but config.recipe.name is 'blockwise-fp32'" in err, err
+
+
+def test_a_trainer_scale_of_the_wrong_shape_is_a_bad_snapshot(snap, tmp_path):
+    """The learner's own bytes are the reference every check compares with: a weight_scale_inv off its grid (the
+    digest resealed, so nothing changed since capture) is named, not judged."""
+    from fp8check.harness.sync.payload import tensor_digest
+    d = copy(snap, tmp_path)
+    want = _grid(d, DOWN)
+    edit(d, "trainer.safetensors", lambda t: t.__setitem__(DOWN + "_scale_inv", torch.ones(3, 3)))
+    m = _manifest(d)
+    m["digests"]["trainer"][DOWN + "_scale_inv"] = tensor_digest(torch.ones(3, 3))
+    _write_manifest(d, m)
+    rc, err = one_line_error(["verify", d])
+    assert rc == 2 and f"trainer.safetensors: tensor '{DOWN}_scale_inv' has shape [3, 3]" in err, err
+    assert f"needs {want}" in err, err
+
+
+def test_a_payload_record_that_lies_about_the_receive_is_named(snap, tmp_path, capsys):
+    """A payload tensor changed and its digest resealed, its record left: the receive report says it arrived
+    with the record's digest, which its bytes do not have. Named, and the wire judged by its bytes (S3)."""
+    from fp8check.harness.sync.payload import tensor_digest
+    d = copy(snap, tmp_path)
+    holder = {}
+
+    def double(t):
+        t[DOWN + "_scale_inv"] = t[DOWN + "_scale_inv"] * 2
+        holder["t"] = t[DOWN + "_scale_inv"]
+    edit(d, "payload.safetensors", double)
+    m = _manifest(d)
+    m["digests"]["payload"][DOWN + "_scale_inv"] = tensor_digest(holder["t"])
+    _write_manifest(d, m)
+    rc, rep = verify_json(d, capsys)
+    assert rc == 1 and "S3" in rep["failing"]
+    assert rep["changed_since_capture"] == [
+        f"payload.safetensors: tensor '{DOWN}_scale_inv' does not have its record's digest (manifest.json "
+        f"payload.records: {next(r['digest'] for r in m['payload']['records'] if r['name'] == DOWN + '_scale_inv')})"
+        " while the receive report lists no mismatch for it"]
+
+
+# -- tables never cut a tensor or fault name, at 80 columns too ------------------------------------------------------
+def test_verify_at_80_columns_keeps_every_tensor_name_whole(snap, tmp_path, capsys, monkeypatch):
+    """The review's case: at 80 columns the S1 row of a missing down_proj cut the tensor name before down_proj."""
+    import re
+    monkeypatch.setenv("COLUMNS", "80")
+    d = copy(snap, tmp_path)
+    name = "model.layers.1.mlp.down_proj.weight"
+    edit(d, "rollout.safetensors", lambda t: t.pop(name))
+    assert main(["verify", d]) == 1
+    out = capsys.readouterr().out
+    s1 = [ln for ln in out.splitlines() if re.match(r"\W*S1\W", ln)]
+    assert s1 and all(name in ln for ln in s1), out
+    assert set(n.rstrip(".'") for n in re.findall(r"model\.[\w.']+", out)) == {name}, out
+
+
+def test_faults_list_at_80_columns_keeps_every_fault_name_whole(capsys, monkeypatch):
+    """Each fault name as `--fault` takes it, whole on one line (they broke mid-word at 80 columns)."""
+    from fp8check import faults
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["faults", "--list"]) == 0
+    words = {w for ln in capsys.readouterr().out.splitlines() for w in ln.replace("│", " ").split()}
+    assert set(faults.FAULTS) <= words, sorted(set(faults.FAULTS) - words)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from fp8check.harness.config import SyncConfig
 from fp8check.harness.engines.remote import Remote
 from fp8check.harness.snapshot import Snapshot, snapshot_manifest, write_snapshot_dir
-from fp8check.harness.sync.pipeline import DigestFirst, fault_config, run_sync
+from fp8check.harness.sync.pipeline import DigestFirst, NoTarget, fault_config, run_sync
 from fp8check.invariants import FAIL, UNKNOWN
 
 
@@ -34,7 +34,9 @@ class SyncOutcome:
 
     @property
     def unknown(self) -> list[str]:
-        return sorted({f.invariant_id for f in self.findings if f.verdict == UNKNOWN})
+        """Invariants that could not decide, except for a part the session's schedule deferred to its periodic
+        syncs (`checks_every`: S7's idempotence), which the finding says and `extra["deferred"]` names."""
+        return sorted({f.invariant_id for f in self.findings if f.verdict == UNKNOWN and not f.evidence.get("deferred")})
 
     def to_json(self) -> dict:
         return {"label": self.label, "version": self.version, "fired": self.fired, "unknown": self.unknown,
@@ -156,14 +158,15 @@ class LiveSession:
     def sync(self, label: str = "clean", fault=None, naive: bool = False, probes: bool = False, check_ids=None,
              direct: bool = False, resync: bool = True, catalog: bool = True) -> SyncOutcome:
         """One sync of the trainer's current weights through the pipeline, optionally through a fault (it must be
-        injectable into these running engines: `Fault.live_injectable`), then the checks. With `probes`, P1 judges
+        injectable into these running engines: `Fault.live_injectable`, else ValueError; an injector with nothing
+        to corrupt raises `NoTarget`), then the checks. With `probes`, P1 judges
         the engines' own log-probs against a bound it derives for this sync from the trainer's bytes (never from
         an earlier sync's measurement); `probe_bounds`, set before the run, fixes the bounds instead. `resync=False`
         skips S7's idempotence probe (a second install of the same payload: it costs what the install costs), and S7
         says idempotence was not measured. `catalog=False`: the sync alone, nothing checked (a bench's baseline;
         it does not count in the schedule)."""
         if fault is not None and not fault.live_injectable(self.config, self.rollout.knobs):
-            raise LookupError(f"{fault.name}: not injectable into the running engines (needs other engines)")
+            raise ValueError(f"{fault.name}: not injectable into the running engines (needs other engines)")
         probes = probes or (fault is not None and "P1" in fault.declared)    # its catch reads the engines' outputs
         if not catalog and fault is not None:
             raise ValueError("a fault sync is checked: catalog=False syncs clean weights only")
@@ -191,6 +194,9 @@ class LiveSession:
         if p1 is not None:
             out.extra["probe_bounds"] = p1.evidence.get("bounds")
             out.extra["probe_floor"] = p1.evidence.get("floor")
+            # each engine against its own reference (the learner's bytes; a perfect sync's engine)
+            out.extra["probe_learner"] = p1.evidence.get("learner")
+            out.extra["probe_sampler"] = p1.evidence.get("sampler")
         return out
 
     def write_snapshot(self, out: str) -> str:
@@ -229,8 +235,8 @@ def run_live(config: SyncConfig, steps: int, faults: list[str] = (), probes: boo
                 continue
             try:
                 o = s.sync(name, fault=f)
-            except LookupError as e:           # no target for this fault in this model
-                report["faults"].append({"fault": name, "verdict": "n/a", "detail": str(e)})
+            except NoTarget as e:              # the injector found nothing to corrupt here, and says why
+                report["faults"].append({"fault": name, "verdict": "no target", "detail": str(e)})
                 continue
             report["faults"].append({"fault": name, "must_trip": list(f.trips), "may_trip": list(f.may),
                                      "verdict": f.verdict(o.fired), "undeclared": f.undeclared(o.fired),

@@ -28,7 +28,7 @@ def _verdicts(findings) -> dict:
            "findings": [f.to_json() for f in findings if f.verdict != "pass"][:12]}
     probe = next((f for f in findings if f.invariant_id == "P1" and f.evidence), None)
     if probe is not None:
-        out["probe"] = {k: probe.evidence.get(k) for k in ("metrics", "bounds", "floor", "source")}
+        out["probe"] = {k: probe.evidence.get(k) for k in ("metrics", "bounds", "floor", "source", "learner", "sampler")}
     return out
 
 

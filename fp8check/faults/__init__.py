@@ -2,7 +2,7 @@
 a running engine, declaring the invariants it must trip. Importing this package registers them all, and checks
 the registry against the catalog: every declared invariant exists."""
 from . import contract, coverage, dtypes, exclusion, layouts, policy, postload, scales, serving, transport, version  # noqa: F401
-from .base import FAULTS, REAL_SHAPE_FAULTS, Fault, live_faults, real_shape_faults
+from .base import FAULTS, REAL_SHAPE_FAULTS, Fault, NoTarget, live_faults, real_shape_faults
 
 
 def _check_registry():
@@ -22,4 +22,4 @@ def _check_registry():
 
 _check_registry()
 
-__all__ = ["FAULTS", "Fault", "REAL_SHAPE_FAULTS", "live_faults", "real_shape_faults"]
+__all__ = ["FAULTS", "Fault", "NoTarget", "REAL_SHAPE_FAULTS", "live_faults", "real_shape_faults"]

@@ -28,7 +28,7 @@ import torch
 from fp8check.harness.config import SyncConfig
 from fp8check.harness.layouts import scale_name
 from fp8check.harness.sync.payload import Payload, record_for
-from fp8check.harness.sync.pipeline import STAGES
+from fp8check.harness.sync.pipeline import STAGES, NoTarget
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def fp8_targets(config: SyncConfig, *, square: bool | None = None, suffix: tuple
 
 def pick(names: list[str], index: int = 0) -> str:
     if not names:
-        raise LookupError("no target tensor for this fault in this model")
+        raise NoTarget("no target tensor for this fault in this model")
     return names[index % len(names)]
 
 
@@ -212,6 +212,6 @@ def swap(p: Payload, a: str, b: str) -> Payload:
     return replace_tensor(replace_tensor(p, a, tb), b, ta)
 
 
-__all__ = ["FAULTS", "Fault", "REAL_SHAPE_FAULTS", "STAGES", "add", "drop", "fp8_targets", "layer_of", "live_faults",
+__all__ = ["FAULTS", "Fault", "NoTarget", "REAL_SHAPE_FAULTS", "STAGES", "add", "drop", "fp8_targets", "layer_of", "live_faults",
            "pick", "real_shape_faults", "register", "replace_tensor", "scale_name", "swap", "with_config",
            "with_rollout", "with_trainer"]

@@ -6,7 +6,7 @@ from dataclasses import replace
 from fp8check.harness.formats import get_recipe
 from fp8check.harness.layouts.vllm import tp_split_dim
 
-from .base import Fault, register, with_config as cfg, with_rollout as rollout, with_trainer as trainer
+from .base import Fault, NoTarget, register, with_config as cfg, with_rollout as rollout, with_trainer as trainer
 
 
 register(Fault("blackwell_with_fp32_scales", "contract", "config", ("C3",), "blockwise FP32 scales on sm100",
@@ -53,7 +53,7 @@ MAX_TP = 64         # beyond this no job runs one tensor-parallel group
 def block_breaking_tp(c) -> int:
     """The smallest power-of-two rollout TP that splits some FP8 projection into shards that are not whole
     blocks (128 rows, or the recipe's K block for row-parallel inputs): TP 8 on tiny-dense's 512-wide
-    projections, TP 16 on Qwen3-8B's 1024-row k/v projections; LookupError (n/a) when no TP up to MAX_TP does
+    projections, TP 16 on Qwen3-8B's 1024-row k/v projections; NoTarget when no TP up to MAX_TP does
     (MXFP8's 1x32 blocks on Qwen3-8B)."""
     bn, bk = c.recipe.block_shape
     dims = [(t.shape[tp_split_dim(t.module)], bk if tp_split_dim(t.module) else bn)
@@ -63,7 +63,7 @@ def block_breaking_tp(c) -> int:
         if any(d % tp or (d // tp) % b for d, b in dims):
             return tp
         tp *= 2
-    raise LookupError(f"no tensor parallelism up to {MAX_TP} splits an FP8 projection of {c.model} off the "
+    raise NoTarget(f"no tensor parallelism up to {MAX_TP} splits an FP8 projection of {c.model} off the "
                       f"{c.recipe.name} block grid")
 
 

@@ -5,7 +5,7 @@ import torch
 
 from fp8check.harness.sync.payload import ROLE_FP8
 
-from .base import Fault, add, drop, fp8_targets, pick, register, scale_name
+from .base import Fault, NoTarget, add, drop, fp8_targets, pick, register, scale_name
 
 
 def _drop_scale(c, p, ctx, index=0):
@@ -48,7 +48,7 @@ register(Fault("unknown_name", "coverage", "payload", ("S1", "S7"), "a tensor th
 
 def _lose_bucket(c, buckets, which=-1):
     if len(buckets) < 2:
-        raise LookupError("one bucket only")
+        raise NoTarget("one bucket only")
     return [b for i, b in enumerate(buckets) if i != which % len(buckets)]
 
 

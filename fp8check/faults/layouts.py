@@ -9,7 +9,7 @@ from fp8check.harness.formats import quantize_blockwise, wire_to_te
 from fp8check.harness.formats.bytes import roll_rows
 from fp8check.harness.layouts import scale_name
 
-from .base import Fault, fp8_targets, pick, register, replace_tensor, swap, with_rollout
+from .base import Fault, NoTarget, fp8_targets, pick, register, replace_tensor, swap, with_rollout
 
 
 def _transpose_square(c, p, ctx, index=0):
@@ -41,12 +41,14 @@ def _swap_pair(a, b):
     return apply
 
 
-register(Fault("q_k_swapped", "layouts", "payload", ("S2", "S3", "S4"),
+register(Fault("q_k_swapped", "layouts", "payload", ("S2", "S4"),
                "q_proj and k_proj of one layer exchanged where their sizes match", _swap_pair("q_proj.weight", "k_proj.weight"),
-               applies=lambda c: bool(_pairs(c, "q_proj.weight", "k_proj.weight")), silent=True))
-register(Fault("gate_up_swapped", "layouts", "payload", ("S2", "S3", "S4"),
+               applies=lambda c: bool(_pairs(c, "q_proj.weight", "k_proj.weight")), silent=True,
+               may=("S3",)))   # the two scale grids may hold the same values (power-of-two scales of like weights)
+register(Fault("gate_up_swapped", "layouts", "payload", ("S2", "S4"),
                "gate_proj and up_proj exchanged (silu applied to the wrong half)", _swap_pair("gate_proj.weight", "up_proj.weight"),
-               applies=lambda c: bool(_pairs(c, "gate_proj.weight", "up_proj.weight")), silent=True))
+               applies=lambda c: bool(_pairs(c, "gate_proj.weight", "up_proj.weight")), silent=True,
+               may=("S3",)))
 
 
 def _expert_perm(c, p, ctx, layer=0, a=0, b=1):
@@ -67,10 +69,10 @@ def _layers_of(c, kind: str) -> list[int]:
 
 
 def _layer(c, kind: str, index: int) -> int:
-    """The `index`-th layer of `kind` (full_attention / linear_attention); LookupError where the model has none."""
+    """The `index`-th layer of `kind` (full_attention / linear_attention); NoTarget where the model has none."""
     idx = _layers_of(c, kind)
     if not idx:
-        raise LookupError(f"no {kind} layer in this model")
+        raise NoTarget(f"no {kind} layer in this model")
     return idx[index % len(idx)]
 
 
@@ -201,7 +203,7 @@ def _pp_double_remap(c, p, ctx, stages=2):
     layers = len(c.spec.layer_types)
     per_stage = -(-layers // stages)
     if layers < 2:
-        raise LookupError("one layer: no pipeline stage > 0")
+        raise NoTarget("one layer: no pipeline stage > 0")
 
     def moved(name):
         i = c.spec.layer_of(name)

@@ -2,7 +2,11 @@
 reference engines, plus one clean run per model x recipe. A fault is caught when every invariant it declares
 must fire failed (all-must-trip; some of them is `partial`, none `missed`, both fail the matrix); an invariant
 that fired without being declared (must or may) is listed on the cell as `undeclared`. A clean run passes when
-every invariant holds (no fail, no unknown)."""
+every invariant holds (no fail, no unknown).
+
+A cell the fault does not apply to is `n/a` (its `applies` excludes the configuration) or `no-target` (its
+injector raised `NoTarget`, saying why); any other exception, in the injector or anywhere in the cell, is an
+`error` that fails the matrix."""
 from __future__ import annotations
 
 import time
@@ -16,7 +20,7 @@ from fp8check.harness.models import MODELS
 from fp8check.harness.sync.pipeline import fault_config, reference_differential, reference_sync
 from fp8check.invariants import REGISTRY, CheckContext, FAIL, UNKNOWN, run_catalog
 
-from .base import FAULTS, Fault
+from .base import FAULTS, Fault, NoTarget
 
 STATIC_FAMILIES = ("contract", "exclusion", "alignment")
 TINY_MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
@@ -27,6 +31,9 @@ TINY_MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
 CELL_BYTES_PER_PARAM = 20
 
 
+SKIPPED = ("n/a", "no-target")      # cells where the fault injects nothing, each saying why
+
+
 @dataclass
 class Cell:
     fault: str | None
@@ -35,7 +42,7 @@ class Cell:
     expected: tuple = ()
     fired: list = field(default_factory=list)
     unknown: list = field(default_factory=list)
-    verdict: str = ""               # caught | partial | missed | pass | false-alarm | n/a | error
+    verdict: str = ""               # caught | partial | missed | pass | false-alarm | n/a | no-target | error
     undeclared: list = field(default_factory=list)   # fired, declared neither must nor may
     detail: str = ""
     seconds: float = 0.0
@@ -43,7 +50,7 @@ class Cell:
 
     @property
     def ok(self) -> bool:
-        return self.verdict in ("caught", "pass", "n/a")
+        return self.verdict in ("caught", "pass") + SKIPPED
 
     def to_json(self) -> dict:
         return {"fault": self.fault or "clean", "model": self.model, "recipe": self.recipe,
@@ -85,12 +92,12 @@ def run_cell(fault: Fault | None, model: str, recipe: str, probes: bool = False,
     base = recommended_config(model, recipe)
     try:
         if fault is not None and not fault.applies(base):
-            cell.verdict = "n/a"
+            cell.verdict, cell.detail = "n/a", "the fault's `applies` excludes this configuration"
             return cell
         findings, cell.detail = check_config(fault_config(base, fault), fault, probes=probes or fault is None,
                                              without=without)
-    except LookupError as e:            # the fault has no target in this model / configuration
-        cell.verdict, cell.detail = "n/a", str(e)
+    except NoTarget as e:               # the injector says it found nothing to corrupt here, and why
+        cell.verdict, cell.detail = "no-target", str(e)
         return cell
     except Exception as e:  # noqa: BLE001 - a crash is a matrix error, never a pass
         cell.verdict, cell.detail = "error", f"{e.__class__.__name__}: {e}"
@@ -300,8 +307,9 @@ def _worker(conn):
 
 
 def summary(cells: list[Cell]) -> dict:
-    applicable = [c for c in cells if c.verdict != "n/a"]
-    return {"cells": len(cells), "applicable": len(applicable),
+    applicable = [c for c in cells if c.verdict not in SKIPPED]
+    return {"cells": len(cells), "applicable": len(applicable), "not_applicable": sum(c.verdict == "n/a" for c in cells),
+            "no_target": sum(c.verdict == "no-target" for c in cells),
             "clean_pass": sum(c.verdict == "pass" for c in cells),
             "false_alarms": sum(c.verdict == "false-alarm" for c in cells),
             "caught": sum(c.verdict == "caught" for c in cells), "missed": sum(c.verdict == "missed" for c in cells),

@@ -8,7 +8,7 @@ import torch
 
 from fp8check.harness.formats import E8M0
 
-from .base import Fault, fp8_targets, pick, register, replace_tensor, scale_name, with_rollout, with_trainer
+from .base import Fault, NoTarget, fp8_targets, pick, register, replace_tensor, scale_name, with_rollout, with_trainer
 
 
 def _target(config, index):
@@ -19,6 +19,7 @@ def _flip_bit(c, p, ctx, index=0, element=0, bit=0):
     sn = _target(c, index)
     s = p.tensors[sn].clone()
     flat = s.view(torch.uint8).reshape(-1, s.element_size())
+    bit %= 8 * s.element_size()             # a bit of this scale's encoding (E8M0: 8 bits, FP32: 32)
     flat[element % flat.shape[0], bit // 8] ^= (1 << (bit % 8))
     return replace_tensor(p, sn, s)
 
@@ -101,7 +102,7 @@ def _transpose_grid(c, p, ctx, index=0):
     s = p.tensors[sn]
     t = s.t().contiguous()
     if torch.equal(t.view(torch.uint8), s.view(torch.uint8)):
-        raise LookupError("symmetric scale grid")
+        raise NoTarget("symmetric scale grid")
     return replace_tensor(p, sn, t)
 
 

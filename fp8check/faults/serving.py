@@ -4,7 +4,7 @@ the weights were synced again. Each configures the serving setting it needs (FP8
 mode), so on engines already running that way it is live-injectable."""
 from __future__ import annotations
 
-from .base import Fault, register, with_rollout
+from .base import Fault, NoTarget, register, with_rollout
 
 register(Fault("kv_scale_placeholder", "serving", "engine", ("R1",),
                "a reload leaves one attention layer's KV-cache k scale at a placeholder (1e-4, as a dummy boot can; "
@@ -36,7 +36,7 @@ def _has_attention(c) -> bool:
 def _drop_kv_scales(c, p, ctx):
     from .base import drop
     if not c.kv_scale_names:
-        raise LookupError("no calibrated KV-cache scale in this configuration")
+        raise NoTarget("no calibrated KV-cache scale in this configuration")
     for n in c.kv_scale_names:
         p = drop(p, n)
     return p

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from fp8check.harness.sync.transport import flipped, truncated
 
-from .base import Fault, register
+from .base import Fault, NoTarget, register
 
 SMALL_BUCKETS = lambda c: replace(c, transport=replace(c.transport, bucket_bytes=1 << 20))  # noqa: E731
 
@@ -22,7 +22,7 @@ register(Fault("bucket_truncated", "transport", "buckets", ("S1", "S4"), "the la
 
 def _reorder(c, buckets):
     if len(buckets) < 2:
-        raise LookupError("one bucket only")
+        raise NoTarget("one bucket only")
     b = list(buckets)
     b[0], b[1] = b[1], b[0]
     return b

@@ -5,14 +5,14 @@ from dataclasses import replace as dc_replace
 
 from fp8check.harness.sync.payload import tensor_digest
 
-from .base import Fault, register
+from .base import Fault, NoTarget, register
 
 
 def _stale_layer(stamp: bool):
     def apply(c, p, ctx, layer=0):
         prev = ctx.previous
         if prev is None:
-            raise LookupError("no previous step")
+            raise NoTarget("no previous step")
         pre = c.spec.layer_prefix(layer)
         recs, tensors = [], dict(p.tensors)
         for r in p.records:
@@ -43,7 +43,7 @@ def _stale_workspace(c, hf, ctx):
     """The learner's FP8 workspaces still hold the previous step's codes and scales; its BF16 tensors are current."""
     prev = ctx.previous
     if prev is None:
-        raise LookupError("no previous step")
+        raise NoTarget("no previous step")
     for n in list(hf):
         if n in c.fp8_tensors or (n.endswith("_scale_inv") and n[: -len("_scale_inv")] in c.fp8_tensors):
             hf[n] = prev[n]

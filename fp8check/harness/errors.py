@@ -38,3 +38,7 @@ class LayoutError(BadInput):
 
 class UsageError(BadInput):
     """Bad command-line input."""
+
+
+class UnknownInvariant(BadInput):
+    """An invariant id that is not in the catalog (`run_catalog(ids=...)`, `check_sync(ids=...)`)."""

@@ -61,6 +61,10 @@ class CheckContext:
     # pure functions of the trainer's tensors the pipeline computed ahead for this sync, during the install
     # (invariants.sync.TrainerScreens): a check takes a result only for the very tensors it was computed from
     screens: object = None
+    # the payload's receive report and record digests hold for its bytes (made by this process's receiver, or
+    # verified against them when a snapshot was read): a matching digest may stand for the wire's bytes
+    # (`wire_verified`). False: the wire is judged by its bytes, as the engine state is
+    wire_digests: bool = True
 
     def trainer_value(self, name: str):
         """One trainer tensor as fp32 values (FP8 dequantized), computed on demand; None if absent. Dequantized
@@ -160,7 +164,7 @@ class CheckContext:
         from fp8check.harness.sync.payload import sender_digests
         meta = self.payload.meta if self.payload is not None else None
         rcv = getattr(meta, "receive", None)
-        if rcv is None or self.trainer is None:
+        if rcv is None or self.trainer is None or not self.wire_digests:
             return frozenset()
         counts = Counter(r.name for r in meta.records)
         bad = set(rcv.digest_mismatch)
@@ -224,6 +228,7 @@ class Invariant:
     # costs what the sync costs (a reference forward, a requantization of every master): run on the syncs a
     # caller's schedule marks periodic (`run_catalog(periodic=False)` leaves it out, `LiveSession(checks_every=)`)
     periodic: bool = False
+    stacks: tuple[str, ...] = ()        # a job rule over these stacks' keys only (Job.stack); () any stack
 
     @property
     def scope(self) -> str:
@@ -241,14 +246,14 @@ REGISTRY: dict[str, Invariant] = {}
 
 def invariant(id: str, family: str, title: str, condition: str, needs: tuple[str, ...] = (), live: bool = True,
               source: str = "", why: str = "", severity: str = "error", applies: Callable | None = None,
-              backstop: str = "", periodic: bool = False):
+              backstop: str = "", periodic: bool = False, stacks: tuple[str, ...] = ()):
     def deco(fn):
         if id in REGISTRY:
             raise ValueError(f"invariant id {id} registered twice")
         if severity not in ("error", "warning"):
             raise ValueError(f"invariant {id}: severity must be error or warning")
         REGISTRY[id] = Invariant(id, family, title, condition, fn, needs, live, source, why, severity, applies,
-                                 backstop, periodic)
+                                 backstop, periodic, tuple(stacks))
         return fn
     return deco
 
@@ -279,34 +284,55 @@ def run_invariant(inv: Invariant, ctx: CheckContext) -> list[Finding]:
     return out
 
 
+def _other_stack(inv: Invariant, ctx: CheckContext) -> bool:
+    return bool(inv.stacks) and ctx.job is not None and ctx.job.stack not in inv.stacks
+
+
+def not_applicable(inv: Invariant, ctx: CheckContext) -> str | None:
+    """Why `inv` has nothing to judge in `ctx`, or None: a job rule over another stack's keys, or a condition the
+    configuration does not have (`applies`: R1 without an FP8 KV cache). Reported as not applicable, with this
+    reason, never as a rule that holds."""
+    if _other_stack(inv, ctx):
+        return f"a rule over {' / '.join(inv.stacks)} keys; this job's keys are {ctx.job.stack}'s"
+    if inv.applies is not None and not inv.applies(ctx.config):
+        return "its condition does not exist in this configuration"
+    return None
+
+
 def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: Iterable[str] | None = None,
                 static_only: bool = False, force: bool = True, timings: dict | None = None,
-                periodic: bool = True) -> list[Finding]:
+                periodic: bool = True, skipped: dict | None = None) -> list[Finding]:
     """Run the selected invariants. `static_only`: only the rules over the config and the job (no snapshots).
     `timings`: filled with each invariant's seconds (where a catalog's time goes). Job rules run when the context
     carries a job (preflight); elsewhere there is no job config to judge.
+    `ids`: every one must be in the catalog (else `UnknownInvariant`, naming it and the nearest ids).
     `force`: ids named in `ids` run even where their condition does not exist in this configuration (a user asked
-    for them); False makes `ids` a selection only (a caller's default set).
+    for them); False makes `ids` a selection only (a caller's default set). A job rule over another stack's keys
+    never runs.
     `periodic=False`: this sync is not one of a schedule's periodic ones: the invariants that cost what a sync
-    costs (`Invariant.periodic`) are left out, unless named in `ids` with `force`."""
-    ids = list(ids) if ids is not None else None
+    costs (`Invariant.periodic`) are left out, unless named in `ids` with `force`.
+    `skipped`: filled with id -> why for the selected invariants not run as not applicable (`not_applicable`)."""
+    ids = check_ids(ids) if ids is not None else None
     fams = set(families) if families is not None else None
     out = []
     for inv in REGISTRY.values():
         if static_only and inv.scope in ("sync", "differential"):
+            continue
+        if ids is not None and inv.id not in ids:
+            continue
+        if fams is not None and inv.family not in fams:
             continue
         explicit = force and ids is not None and inv.id in ids
         if inv.scope == "job" and ctx.job is None and not explicit:
             continue
         if inv.scope == "differential" and ctx.cold is None and not explicit:
             continue
-        if inv.applies is not None and not inv.applies(ctx.config) and not explicit:
-            continue                    # the condition does not exist in this configuration
+        why = not_applicable(inv, ctx)
+        if why is not None and (not explicit or _other_stack(inv, ctx)):
+            if skipped is not None:
+                skipped[inv.id] = why
+            continue
         if inv.periodic and not periodic and not explicit:
-            continue
-        if ids is not None and inv.id not in ids:
-            continue
-        if fams is not None and inv.family not in fams:
             continue
         t0 = time.perf_counter()
         out += run_invariant(inv, ctx)
@@ -316,11 +342,29 @@ def run_catalog(ctx: CheckContext, ids: Iterable[str] | None = None, families: I
 
 
 def overall(findings: Iterable[Finding]) -> str:
-    v = PASS
+    """fail > unknown > pass over the findings; no finding at all is UNKNOWN (nothing was checked)."""
+    v = None
     for f in findings:
-        if _RANK[f.verdict] > _RANK[v]:
+        if v is None or _RANK[f.verdict] > _RANK[v]:
             v = f.verdict
-    return v
+    return UNKNOWN if v is None else v
+
+
+def check_ids(ids: Iterable[str]) -> list[str]:
+    """`ids` as a list, each in the catalog; else `UnknownInvariant` naming the first unknown id and the nearest
+    known ones (an id dropped silently is a check that never ran)."""
+    import difflib
+    from fp8check.harness.errors import UnknownInvariant
+    ids = [ids] if isinstance(ids, str) else list(ids)
+    for i in ids:
+        if i not in REGISTRY:
+            upper = str(i).strip().upper()
+            near = ([upper] if upper in REGISTRY else []) + [
+                n for n in difflib.get_close_matches(upper, list(REGISTRY), n=3, cutoff=0.5) if n != upper]
+            raise UnknownInvariant(f"unknown invariant id {i!r}: not in the catalog"
+                                   + (f"; nearest: {', '.join(near[:3])}" if near else "")
+                                   + " (`fp8check catalog` lists them)")
+    return ids
 
 
 def by_invariant(findings: Iterable[Finding]) -> dict[str, str]:

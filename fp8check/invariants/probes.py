@@ -2,20 +2,26 @@
 
 Field thresholds for orientation: mean |dlogprob| < 0.05, token_mult_prob_error median < 1.1, generation KL
 < 0.01. A fixed bound does not scale with the model (the engines' own numeric gap grows with depth and width),
-so P1 derives its bounds per sync from a reference it computes itself, never from the sync it judges:
+so P1 derives its bounds per sync from two references it computes itself, which neither engine under judgement
+produced:
 
-* the floor: the reference forward (harness.numerics.forward) of what a perfect sync would have left in the
-  engine -- the trainer's own bytes through the layout map and the engine's *declared* post-load transform --
-  under the engine's *declared* activation quantizer, scored against the learner's log-probs. It holds every
-  difference the two engines declare (activation grids, UE8M0 requantization) and none that the sync or an
-  undeclared engine change introduced;
-* the bounds: the floor times `FACTOR`, never tighter than the field thresholds (`calibrated_bounds`); a caller
-  may fix them before the run instead (`probe_bounds`).
+* the learner's reference: the reference forward (harness.numerics.forward) of the trainer's own bytes under the
+  trainer's activation quantizer -- what the learner computes;
+* the sampler's reference: the reference forward of what a perfect sync would have left in the engine -- the
+  trainer's bytes through the layout map and the engine's *declared* post-load transform -- under the engine's
+  *declared* activation quantizer and KV cache. It holds every difference the two engines declare (activation
+  grids, UE8M0 requantization, an FP8 KV cache) and none that the sync or an undeclared engine change introduced;
+* the floor: the metrics of the sampler's reference against the learner's; the bounds: the floor times `FACTOR`,
+  never tighter than the field thresholds (`calibrated_bounds`). A caller may fix the bounds before the run
+  instead (`probe_bounds`).
 
-Live, the measured log-probs are the engines' own (the learner's and the sampler's, `ProbeRun`); from snapshots
-they are the reference forward of each snapshot. A metric that is NaN or infinite fails, naming the metric: a
-comparison NaN passes is a check that cannot fail. What P1 is the documented catch for: a policy the byte checks
-cannot see (fault `logprobs_at_sampling_temperature`: every byte right, the sampler's logits scaled).
+Live, the measured log-probs are the engines' own (the learner's and the sampler's, `ProbeRun`): P1 holds the
+sampler's against the learner's, and each engine's against its own reference, all within the bounds (a learner
+whose log-probs are off fails as the learner, where a floor scored against its measurement moved with it). From
+snapshots the log-probs are the reference forward of each snapshot (the learner's is its reference). A metric
+that is NaN or infinite fails, naming the metric: a comparison NaN passes is a check that cannot fail. What P1
+is the documented catch for: a policy the byte checks cannot see (fault `logprobs_at_sampling_temperature`:
+every byte right, the sampler's logits scaled).
 """
 from __future__ import annotations
 
@@ -259,6 +265,19 @@ def _rollout_values(ctx: CheckContext):
     return _model_values(ctx, rv, "rollout snapshot")
 
 
+def trainer_logprobs(ctx: CheckContext, prompts, values=None):
+    """The learner's reference: the reference forward of the trainer snapshot's bytes under the trainer's
+    activation quantizer (FP8 GEMMs where the trainer runs FP8), or a reason string. `values`: the trainer's
+    values already made (`_trainer_values`)."""
+    tv = _trainer_values(ctx) if values is None else values
+    if isinstance(tv, str):
+        return tv
+    try:
+        return _forward(ctx, tv, _trainer_act_quant(ctx), prompts, ctx.config.trainer_fp8_tensors)
+    except _Unavailable as e:
+        return str(e)
+
+
 def snapshot_logprobs(ctx: CheckContext, prompts, rollout=None):
     """(trainer, rollout) log-probs on `prompts` from the snapshots' own reference forwards, or a reason string.
     FP8 weights enter the forward dequantized; high-precision ones as held (BF16, cast to fp32 where the forward
@@ -273,8 +292,10 @@ def snapshot_logprobs(ctx: CheckContext, prompts, rollout=None):
     kv = _engine_kv(ctx) if rollout is None else None
     if isinstance(kv, str):
         return kv
+    lt = trainer_logprobs(ctx, prompts, tv)
+    if isinstance(lt, str):
+        return lt
     try:
-        lt = _forward(ctx, tv, _trainer_act_quant(ctx), prompts, ctx.config.trainer_fp8_tensors)
         return lt, rollout if rollout is not None else _forward(ctx, rv, _rollout_act_quant(ctx), prompts, kv=kv)
     except _Unavailable as e:
         return str(e)
@@ -286,9 +307,10 @@ def _not_finite(d: dict) -> list[str]:
 
 
 @invariant("P1", "probes", "policy probe",
-           "on fixed prompts the sampler's log-probs match the learner's: mean |dlogprob|, token_mult_prob_error "
-           "median and KL finite and within bounds derived per sync from an independent reference (the reference "
-           f"forward of a perfect sync's engine, x{FACTOR}), never tighter than 0.05 / 1.1 / 0.01",
+           "on fixed prompts the sampler's log-probs match the learner's, and each engine's match its own reference "
+           "forward (the trainer's bytes; a perfect sync's engine): mean |dlogprob|, token_mult_prob_error median "
+           "and KL finite and within bounds derived per sync from those two references (their gap x"
+           f"{FACTOR}), never tighter than 0.05 / 1.1 / 0.01",
            needs=("trainer", "rollout"), source="fp8check's own",
            why="a policy the byte checks cannot see -- the sampler's logits scaled by a temperature, an engine "
                "numeric the config does not declare -- shows only in what the engine computes; P1 is the backstop "
@@ -310,24 +332,45 @@ def p1_probe(ctx: CheckContext):
             return [unknown("P1", f"cannot run the probe forward: {got}")]
         (lt, lr), source = got, "reference forward of the snapshots"
     m = probe_metrics(lt, lr)
-    bounds, floor = ctx.probe_bounds, None
+    bounds, floor, sides = ctx.probe_bounds, None, {}
     if bounds is None:
         ideal = ideal if ideal is not None else floor_logprobs(ctx, prompts)
         if isinstance(ideal, str):
             return [unknown("P1", f"no independent reference to bound the probe: {ideal}", metrics=m)]
-        floor = probe_metrics(lt, ideal)
+        ref = lt
+        if run is not None:       # the learner's log-probs are measured: its reference is computed, never them
+            ref = trainer_logprobs(ctx, prompts)
+            if isinstance(ref, str):
+                return [unknown("P1", f"no independent reference for the learner's log-probs: {ref}", metrics=m)]
+            sides = {"learner": ("the learner's log-probs against the reference forward of its own bytes",
+                                 probe_metrics(ref, lt)),
+                     "sampler": ("the sampler's log-probs against the reference forward of a perfect sync's engine",
+                                 probe_metrics(ideal, lr))}
+        floor = probe_metrics(ref, ideal)
         bounds = calibrated_bounds(floor)
-    ev = {"metrics": m, "bounds": bounds, "floor": floor, "source": source}
-    bad = _not_finite(m)
-    if bad:
-        return [fail("P1", None, f"{', '.join(bad)} = {', '.join(repr(m.get(k)) for k in bad)}: the sampler's "
-                     "log-probs are not finite (NaN or infinite weights, scales or logits)", **ev)]
+    ev = {"metrics": m, "bounds": bounds, "floor": floor, "source": source,
+          **{k: v for k, (_, v) in sides.items()}}
+    judged = [("the sampler's log-probs against the learner's", m)] + list(sides.values())
+
+    def not_finite(what, x):
+        bad = _not_finite(x)
+        return [fail("P1", None, f"{', '.join(bad)} = {', '.join(repr(x.get(k)) for k in bad)}: {what} are not "
+                     "finite (NaN or infinite weights, scales or logits)", **ev)] if bad else []
+    # the measurement, then the references (a non-finite one is the bound's), then each engine against its own
+    out = not_finite(*judged[0])
     bad = _not_finite(bounds)
-    if bad:
-        return [fail("P1", None, f"the reference bound for {', '.join(bad)} is not finite: the trainer's own bytes "
-                     "give non-finite log-probs", **ev)]
+    if not out and bad:
+        out = [fail("P1", None, f"the reference bound for {', '.join(bad)} is not finite: the trainer's own bytes "
+                    "give non-finite log-probs", **ev)]
+    for what, x in judged[1:]:
+        out = out or not_finite(what, x)
+    if out:
+        return out
     # `not (x <= b)`: a NaN that slipped past is a failure, never a pass
-    out = [fail("P1", None, f"{k} = {m[k]:.4g} exceeds {bounds[k]:.4g} (floor {floor[k]:.4g})" if floor else
-                f"{k} = {m[k]:.4g} exceeds {bounds[k]:.4g}", **ev) for k in BOUNDS if not m[k] <= bounds[k]]
+    out = [fail("P1", None, (f"{k} = {x[k]:.4g} exceeds {bounds[k]:.4g}" +
+                             (f" (floor {floor[k]:.4g})" if floor else "")) +
+                ("" if i == 0 else f": {what}"), **ev)
+           for i, (what, x) in enumerate(judged) for k in BOUNDS if not x[k] <= bounds[k]]
     return out or [passed("P1", f"mean |dlogprob| {m['mean_abs_dlogprob']:.2e} (bound {bounds['mean_abs_dlogprob']:.2e}), "
-                                f"KL {m['kl']:.2e}, ratio [{m['ratio_p05']:.4f}, {m['ratio_p95']:.4f}]", **ev)]
+                                f"KL {m['kl']:.2e}, ratio [{m['ratio_p05']:.4f}, {m['ratio_p95']:.4f}]"
+                                + ("; each engine within it of its own reference" if sides else ""), **ev)]

@@ -39,9 +39,10 @@ def _judge_kv(scales: dict, want: dict, when: str, what: str) -> list:
     for layer, sc in sorted(scales.items()):
         for which, exp in sorted(want.get(layer, {}).items()):
             v = getattr(sc, which)
-            if v is None:
-                continue
-            if not math.isfinite(v) or v <= 0:
+            if v is None:                # a declared scale the engine did not report: not judged, never passed
+                out.append(unknown("R1", f"{which} scale {when}: the engine reported none, {what} {exp!r}",
+                                   tensor=f"{layer}._{which}_scale", expected=exp, when=when))
+            elif not math.isfinite(v) or v <= 0:
                 out.append(fail("R1", f"{layer}._{which}_scale", f"{which} scale {v!r} {when} is not finite and "
                                 "positive", value=v, expected=exp, when=when))
             elif v != exp:
@@ -81,7 +82,7 @@ def r1_kv_scales(ctx: CheckContext):
         else:
             out += _judge_kv(w.kv_scales, want, f"after the level-{w.level} wake", what)
     if out:
-        return out[:20]
+        return sorted(out, key=lambda f: f.verdict != "fail")[:20]      # failures first, then what was not judged
     return [passed("R1", f"{len(sv.kv_scales)} attention layers serve the declared KV scales "
                          f"({'calibrated per layer' if ctx.config.calibrated_kv else repr(ctx.config.rollout.kv_scale)})")]
 
@@ -131,6 +132,11 @@ def r3_cold_warm(ctx: CheckContext):
         if ws.outputs is None or cs.outputs is None:
             out.append(unknown("R3", "greedy outputs were not measured on both engines"))
         else:
+            for what in ("greedy", "prompt_logprobs"):    # zip below stops at the shorter: the counts first
+                nw, nc = len(getattr(ws.outputs, what)), len(getattr(cs.outputs, what))
+                if nw != nc:
+                    out.append(fail("R3", None, f"the warm engine answered {nw} prompts ({what}), a fresh engine "
+                                                f"{nc}", warm=nw, cold=nc))
             for i, (a, b) in enumerate(zip(ws.outputs.greedy, cs.outputs.greedy)):
                 if a != b:
                     j = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))

@@ -574,6 +574,10 @@ def s4_layout(ctx: CheckContext):
             elif n in hf_shapes and shp != tuple(hf_shapes[n]):
                 out.append(fail("S4", n, f"shape {list(shp)} on the wire, checkpoint shape is {list(hf_shapes[n])}",
                                 stage="wire"))
+            got = tuple(ctx.payload.describe(n)[0]) if n in ctx.payload else shp
+            if got != shp:                # the bytes themselves, as S5 holds their dtype to the record's
+                out.append(fail("S4", n, f"manifest says shape {list(shp)}, bytes arrived as {list(got)}",
+                                stage="transport", record_shape=list(shp), received_shape=list(got)))
     # engine shapes per rank
     for k in ctx.rollout.names():
         rank, n = split_rank_name(k)
@@ -831,11 +835,14 @@ def s7_lifecycle(ctx: CheckContext):
                 out.append(fail("S7", n, f"serves version(s) {vs}, the sync installed version {version}",
                                 versions=vs))
     rs = meta.resync
+    # a schedule's cheap sync: idempotence is measured on the periodic ones, never passed on this one
+    deferred = [unknown("S7", "deferred: idempotence is measured on the schedule's periodic syncs, not on this one",
+                        deferred=True)] if rs is not None and rs.deferred else []
     if rs is None:
         if not observed:
             out.append(unknown("S7", "idempotence not measured (no re-sync record)"))
     elif rs.deferred:
-        pass                            # a schedule's cheap sync: the periodic ones measure it (said below)
+        pass
     elif rs.error is not None:
         out.append(fail("S7", None, f"re-sync of the same payload failed: {rs.error}"))
     elif rs.changed:
@@ -855,8 +862,7 @@ def s7_lifecycle(ctx: CheckContext):
         if observed:
             return [passed("S7", "observed sync: post-load once per processed layer, storage in place, no generation "
                                  "mid-update (versions and idempotence belong to a sync fp8check carries)")]
-        if rs is not None and rs.deferred:
-            return [passed("S7", "one complete, in-place update; one version everywhere (idempotence: measured on "
-                                 "the schedule's periodic syncs, not this one)")]
+        if deferred:
+            return [passed("S7", "one complete, in-place update; one version everywhere")] + deferred
         return [passed("S7", "one complete, in-place, idempotent update; one version everywhere")]
-    return _cap("S7", out)
+    return _cap("S7", out) + deferred

@@ -124,3 +124,41 @@ def test_direct_load_weights_path(trainer, engine):
     record("live_direct_path", before=before.to_json(), direct=o.to_json(), recovered=again.to_json())
     assert {"S1", "S7"} <= set(o.fired), o.to_json()
     assert not again.fired and not again.unknown, again.to_json()
+
+
+class _LearnerScaled:
+    """The session's learner, its probe log-probs multiplied by `factor` (a learner whose measured log-probs are
+    off); everything else is the learner's own."""
+
+    def __init__(self, trainer, factor: float):
+        self._trainer, self._factor = trainer, factor
+
+    def __getattr__(self, name):
+        return getattr(self._trainer, name)
+
+    def logprobs(self, prompts):
+        return [x * self._factor for x in self._trainer.logprobs(prompts)]
+
+
+def test_live_p1_fails_a_learner_off_by_x1_6_and_passes_a_correct_sync(trainer, engine):
+    """P1's bound comes from the reference forwards of the trainer's bytes and of a perfect sync's engine, never
+    from either engine's measurement: a correct sync passes; the same sync with the learner's measured log-probs
+    x1.6 fails, naming the learner against its own reference, under the same bound (it passed when the floor was
+    scored against the learner's measurement)."""
+    s = session(trainer, engine, DENSE)
+    if s.previous_hf is None:
+        s.step()
+    good = s.sync("P1: a correct sync", probes=True)
+    real = s.trainer
+    s.trainer = _LearnerScaled(real, 1.6)
+    try:
+        off = s.sync("P1: the learner's log-probs x1.6", probes=True)
+    finally:
+        s.trainer = real
+    record("live_p1_learner_off", correct=good.to_json(), off=off.to_json())
+    assert not good.fired and not good.unknown, good.to_json()
+    assert good.extra["probe_learner"] is not None and good.extra["probe_sampler"] is not None, good.to_json()
+    assert off.fired == ["P1"], off.to_json()
+    p1 = [f for f in off.findings if f.invariant_id == "P1" and f.verdict == "fail"]
+    assert any(f.message.endswith("against the reference forward of its own bytes") for f in p1), off.to_json()
+    assert off.extra["probe_bounds"] == pytest.approx(good.extra["probe_bounds"], rel=1e-3), off.to_json()

@@ -5,14 +5,15 @@ import json
 import os
 import time
 
-from rich.table import Table
+from rich.markup import escape
 
 from ..errors import did_you_mean
 from ..formats import RECIPES
 from ..models import ModelError, get_model, with_layers
-from .report import console, junit_xml
+from .report import console, junit_xml, print_rows
 
-VERDICT_STYLE = {"caught": "green", "pass": "green", "n/a": "dim", "missed": "bold red", "partial": "bold red",
+VERDICT_STYLE = {"caught": "green", "pass": "green", "n/a": "dim", "no-target": "dim", "missed": "bold red",
+                 "partial": "bold red",
                  "false-alarm": "bold red",
                  "error": "bold red"}
 
@@ -24,7 +25,7 @@ def _count(minimum):
 
 def run(args) -> int:
     from fp8check import faults as fault_pkg
-    from fp8check.faults.matrix import run_matrix, summary
+    from fp8check.faults.matrix import SKIPPED, run_matrix, summary
     from ..errors import UsageError
     from .args import out_file
     out_file(args.junit, "--junit")
@@ -57,14 +58,13 @@ def run(args) -> int:
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
-        t = Table(title=f"fp8check faults ('live': injectable into running engines, {cfg.model}, {cfg.recipe.name})")
-        for c in ("fault", "family", "stage", "must all fire", "may fire", "silent", "live", "what"):
-            t.add_column(c, overflow="fold")
-        for r in rows:
-            t.add_row(r["fault"], r["family"], r["stage"], ",".join(r["trips"]), ",".join(r["may"]),
-                      "yes" if r["silent"] else "",
-                      "yes" if r["live"] else "", r["description"])
-        console().print(t)
+        # a fault name is never cut (it is what --fault takes): print_rows keeps every word of a cell whole
+        print_rows(console(), f"fp8check faults ('live': injectable into running engines, {cfg.model}, "
+                              f"{cfg.recipe.name})",
+                   ("fault", "family", "stage", "must all fire", "may fire", "silent", "live", "what"),
+                   [[escape(r["fault"]), r["family"], r["stage"], ", ".join(r["trips"]), ", ".join(r["may"]),
+                     "yes" if r["silent"] else "", "yes" if r["live"] else "", escape(r["description"])]
+                    for r in rows], head=("fault", "family", "stage", "silent", "live"))
         return 0
     from fp8check.faults.matrix import available_memory, cell_bytes, largest_model, memory_workers
     fit = memory_workers(models)
@@ -83,18 +83,16 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"summary": s, "cells": [c.to_json() for c in cells]}, indent=1))
     else:
-        t = Table(title="fp8check fault-injection matrix (CPU reference)")
-        for c in ("fault", "model", "recipe", "must all fire", "fired", "verdict"):
-            t.add_column(c, overflow="fold")
-        for c in cells:
-            if c.verdict == "n/a" and not args.all:
-                continue
-            t.add_row(c.fault or "(clean)", c.model, c.recipe, ",".join(c.expected) or "nothing",
-                      ",".join(c.fired) + (f" ?{','.join(c.unknown)}" if c.unknown else "")
-                      + (f" !{','.join(c.undeclared)}" if c.undeclared else ""),
-                      f"[{VERDICT_STYLE.get(c.verdict, '')}]{c.verdict}[/]" + (f" ({c.detail[:60]})" if c.verdict == "error" else ""))
         con = console()
-        con.print(t)
+        print_rows(con, "fp8check fault-injection matrix (CPU reference)",
+                   ("fault", "model", "recipe", "must all fire", "fired", "verdict"),
+                   [[c.fault or "(clean)", c.model, c.recipe, ", ".join(c.expected) or "nothing",
+                     ", ".join(c.fired) + (f" ?{', ?'.join(c.unknown)}" if c.unknown else "")
+                     + (f" !{', !'.join(c.undeclared)}" if c.undeclared else ""),
+                     f"[{VERDICT_STYLE.get(c.verdict, '')}]{c.verdict}[/]"
+                     + (escape(f" ({c.detail[:60]})") if c.verdict in ("error", "no-target") else "")]
+                    for c in cells if args.all or c.verdict not in SKIPPED],
+                   head=("fault", "model", "recipe", "verdict"))
         if any(c.unknown or c.undeclared for c in cells):
             con.print("[dim]fired: invariants that failed; ?X: X could not decide (unknown, never counted as a "
                       "pass); !X: X fired although the fault does not declare it (must or may)[/]", soft_wrap=True)
@@ -106,12 +104,13 @@ def run(args) -> int:
         con.print(f"{ok}: {s['caught']} faults caught (every must-fire invariant fired), {s['partial']} partial, "
                   f"{s['missed']} missed, {s['clean_pass']} clean runs pass, "
                   f"{s['false_alarms']} false alarms, {s['errors']} errors; {s['applicable']} applicable of "
-                  f"{s['cells']} cells in {wall:.1f} s on {workers} worker(s)", soft_wrap=True)
+                  f"{s['cells']} cells ({s['not_applicable']} n/a, {s['no_target']} no target) in {wall:.1f} s on "
+                  f"{workers} worker(s)", soft_wrap=True)
     if args.junit:
         cases = [(f"faults.{c.model}.{c.recipe}", c.fault or "clean",
                   "pass" if c.ok else ("unknown" if c.verdict == "error" else "fail"),
                   f"{c.verdict}: expected {list(c.expected)}, fired {c.fired} {c.detail}") for c in cells
-                 if c.verdict != "n/a"]
+                 if c.verdict not in SKIPPED]
         with open(args.junit, "w") as fh:
             fh.write(junit_xml("fp8check faults", cases))
     return 0 if s["ok"] else 1
@@ -141,7 +140,8 @@ def register(sub):
     p.add_argument("--fault", action="append", help="only this fault (repeatable; default all)")
     p.add_argument("--workers", type=_count(1), help="processes (default: CPU count, at most 8, and as many cells "
                    "as fit in the available memory: a 1-layer Qwen3-8B cell needs about 14 GB)")
-    p.add_argument("--all", action="store_true", help="also list cells where a fault does not apply")
+    p.add_argument("--all", action="store_true", help="also list cells where a fault does not apply (n/a) or its "
+                                                      "injector found nothing to corrupt (no target)")
     p.add_argument("--list", action="store_true", help="list the faults and exit")
     p.add_argument("--json", action="store_true")
     p.add_argument("--junit", metavar="FILE")

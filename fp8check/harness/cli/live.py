@@ -5,10 +5,8 @@ import json
 import os
 import tempfile
 
-from rich.table import Table
-
 from ..models import LIVE_ARCHITECTURES
-from .report import console
+from .report import console, print_rows
 
 
 DEVICE_PATH_PARAMS = 200_000_000      # above this the weights travel GPU to GPU by default (--device-path auto)
@@ -78,27 +76,27 @@ def render(report: dict, config, args, workdir: str) -> int:
         json.dump(report, f, indent=1, default=str)
     # a re-sync after a destructive fault that left the engine broken must say so; the engine is then replaced
     ok = all(not s["fired"] and not s["unknown"] for s in report["syncs"] if not s.get("engine_replaced")) and \
-        all(f["verdict"] in ("caught", "n/a") for f in report["faults"])
+        all(f["verdict"] in ("caught", "n/a", "no target") for f in report["faults"])
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
-        t = Table(title=f"fp8check live: {config.model}, {config.recipe.name} (engines up in {report['start_seconds']} s)")
-        for c in ("sync", "fired", "unknown", "fetched", "probe mean|dlogprob|", "seconds"):
-            t.add_column(c)
+        from rich.markup import escape
+        con = console()
+        rows = []
         for s in report["syncs"]:
             p = s.get("probes") or {}
-            t.add_row(s["label"], ",".join(s["fired"]) or "-", ",".join(s["unknown"]) or "-",
-                      f"{s['fetched_params']}/{s['params']}", f"{p['mean_abs_dlogprob']:.2e}" if p else "",
-                      " ".join(f"{k}={v}" for k, v in s["seconds"].items()))
-        con = console()
-        con.print(t)
+            rows.append([escape(s["label"]), ", ".join(s["fired"]) or "-", ", ".join(s["unknown"]) or "-",
+                         f"{s['fetched_params']}/{s['params']}", f"{p['mean_abs_dlogprob']:.2e}" if p else "",
+                         " ".join(f"{k}={v}" for k, v in s["seconds"].items())])
+        print_rows(con, f"fp8check live: {config.model}, {config.recipe.name} (engines up in "
+                        f"{report['start_seconds']} s)",
+                   ("sync", "fired", "unknown", "fetched", "probe mean|dlogprob|", "seconds"), rows,
+                   head=("sync", "fired", "unknown"))
         if report["faults"]:
-            ft = Table(title="live fault injection")
-            for c in ("fault", "must trip", "fired", "verdict"):
-                ft.add_column(c)
-            for f in report["faults"]:
-                ft.add_row(f["fault"], ",".join(f.get("must_trip", [])), ",".join(f.get("fired", [])), f["verdict"])
-            con.print(ft)
+            print_rows(con, "live fault injection", ("fault", "must trip", "fired", "verdict"),
+                       [[f["fault"], ", ".join(f.get("must_trip", [])), ", ".join(f.get("fired", [])),
+                         f["verdict"] + (escape(f" ({f['detail']})") if f.get("detail") else "")]
+                        for f in report["faults"]], head=("fault", "verdict"))
         if report.get("snapshot"):
             con.print(report["snapshot"])
         con.print(f"{'OK' if ok else 'FAILED'}; report written to {out}")

@@ -36,10 +36,13 @@ def _registry():
 
 
 def rule_lines(job) -> list[Line]:
-    """The job rules and the config rules (C/X/A) over the job, as pre-flight lines naming the user's key."""
+    """The job rules and the config rules (C/X/A) over the job, as pre-flight lines naming the user's key: a rule
+    that failed (error / warning), one that holds (ok), one with nothing to judge here (n/a, with why: a rule over
+    another stack's keys, a condition the configuration does not have)."""
     from fp8check.invariants import CheckContext, run_catalog
     reg = _registry()
-    findings = run_catalog(CheckContext(job.config, job=job), families=FAMILIES, static_only=True)
+    skipped: dict = {}
+    findings = run_catalog(CheckContext(job.config, job=job), families=FAMILIES, static_only=True, skipped=skipped)
     out, failing, seen = [], set(), {}
     for f in findings:
         if f.verdict == "pass":
@@ -68,7 +71,9 @@ def rule_lines(job) -> list[Line]:
         if more:
             line.why += f" (and {more} more tensor(s))"
     for inv in reg.values():
-        if inv.family in FAMILIES and inv.scope != "sync" and inv.id not in failing:
+        if inv.id in skipped:
+            out.append(Line("n/a", inv.id, inv.family, None, f"{inv.title}: not applicable, {skipped[inv.id]}"))
+        elif inv.family in FAMILIES and inv.scope in ("job", "config") and inv.id not in failing:
             out.append(Line("ok", inv.id, inv.family, None, inv.title))
     return out
 
@@ -148,7 +153,9 @@ def run(args) -> int:
     summary = {"config": args.config, "stack": job.stack, "judged_against": JUDGED[job.stack],
                "resolved": {k: list(v) for k, v in job.sources.items()}, "model": job.config.model,
                "recipe": job.config.recipe.name, "sync_mode": job.config.sync_mode, "gpu_arch": job.config.gpu_arch,
-               "errors": errors, "warnings": sum(1 for ln in lines if ln.level == "warning")}
+               "errors": errors, "warnings": sum(1 for ln in lines if ln.level == "warning"),
+               "hold": sum(1 for ln in lines if ln.level == "ok"),
+               "not_applicable": sum(1 for ln in lines if ln.level == "n/a")}
     if args.json:
         print(json.dumps({**summary, "lines": [ln.to_json() for ln in lines]}, indent=1, default=str))
     else:
@@ -161,17 +168,17 @@ def run(args) -> int:
                 soft_wrap=True)
         for k, (src, val) in job.sources.items():
             c.print(f"  [dim]{k:24s} <- {escape(str(src))} = {escape(str(val))}[/]", soft_wrap=True)
-        order = {"error": 0, "warning": 1, "ok": 2}
+        order = {"error": 0, "warning": 1, "ok": 2, "n/a": 3}
         for ln in sorted(lines, key=lambda x: order[x.level]):
-            if ln.level == "ok" and not args.verbose and not ln.rule.startswith("PROBE"):
+            if ln.level in ("ok", "n/a") and not args.verbose and not ln.rule.startswith("PROBE"):
                 continue                          # a requested probe always shows what it proved
             val = "" if ln.value is None else f" = {ln.value}"
             fix = f"  fix: {ln.fix}" if ln.fix else ""
             c.print(f"[{STYLE[ln.level]}]{ln.level:7s}[/] {ln.rule:6s} " + escape(f"{ln.key}{val}: {ln.why}{fix}"),
                     soft_wrap=True)
-        oks = sum(1 for ln in lines if ln.level == "ok")
-        c.print(f"{'FAILED' if errors else 'OK'}: {errors} error(s), {summary['warnings']} warning(s), {oks} rule(s) "
-                f"hold{'' if args.verbose else ' (-v lists them)'}")
+        c.print(f"{'FAILED' if errors else 'OK'}: {errors} error(s), {summary['warnings']} warning(s), "
+                f"{summary['hold']} rule(s) hold, {summary['not_applicable']} not applicable to this job"
+                f"{'' if args.verbose else ' (-v lists them)'}", soft_wrap=True)
     return 1 if errors else 0
 
 
@@ -215,12 +222,15 @@ def explain_text(inv) -> dict:
 
 def explain_job(inv, job) -> dict:
     """The rule's verdict on this job, its findings, and the provenance of every value it read."""
-    from fp8check.invariants import CheckContext, run_invariant
+    from fp8check.invariants import CheckContext, not_applicable, run_invariant
     job.reads.clear()
     log: list = []
     if inv.scope not in ("job", "config"):
         return {"verdict": "not judged by preflight (it needs snapshots: fp8check verify / live)",
                 "findings": [], "read": []}
+    why = not_applicable(inv, CheckContext(job.config, job=job))
+    if why is not None:
+        return {"verdict": f"not applicable: {why}", "findings": [], "read": []}
     cfg = _Recorder(job.config, "", log)
     findings = run_invariant(inv, CheckContext(cfg, job=job))
     verdict = "pass"

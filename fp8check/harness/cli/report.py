@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 STYLE = {"pass": "green", "fail": "bold red", "unknown": "yellow", "ok": "green", "error": "bold red",
-         "warning": "yellow"}
+         "warning": "yellow", "n/a": "dim"}
 
 
 def console(stream=None) -> Console:
@@ -43,16 +43,50 @@ def _evidence_line(ev: dict) -> str:
     return "; ".join(parts)
 
 
-def findings_table(findings, title: str = "findings", show_pass: bool = True) -> Table:
-    t = Table(title=title, show_lines=False, expand=False)
-    for col in ("id", "verdict", "tensor", "what", "evidence"):
-        t.add_column(col, overflow="fold")
-    for f in findings:
-        if f.verdict == "pass" and not show_pass:
-            continue
-        t.add_row(f.invariant_id, f"[{STYLE[f.verdict]}]{f.verdict}[/]", f.tensor or "", f.message,
-                  _evidence_line(f.evidence))
-    return t
+def _plain(cell: str) -> str:
+    from rich.text import Text
+    return Text.from_markup(cell).plain
+
+
+def print_rows(con: Console, title: str, columns, rows, head) -> None:
+    """Rows as a table where every word of every cell fits its column whole -- a tensor or fault name is never
+    cut, so it can be copied (into `--fault`, a grep) -- and otherwise, on a narrow terminal, one block per row:
+    the `head` columns on one line, never wrapped, then each other column as `name: value`, wrapped at spaces
+    under an indent. Cells are rich markup."""
+    from rich.padding import Padding
+    from rich.text import Text
+    columns, head = list(columns), [c for c in columns if c in head]
+    words = [max([len(w) for w in col.split()] + [len(w) for r in rows for w in _plain(r[i]).split()] + [1])
+             for i, col in enumerate(columns)]
+    full = [max([len(col)] + [len(_plain(r[i])) for r in rows]) for i, col in enumerate(columns)]
+    avail = con.width - 3 * len(columns) - 1          # a border and a space either side per column
+    if sum(words) <= avail:
+        # every column at least its longest word; the room left shared by what each column's text could use
+        # (the widths are set, not left to rich, which let a table overflow the terminal and be cropped)
+        room, want = avail - sum(words), [f - w for f, w in zip(full, words)]
+        widths = list(full) if sum(want) <= room else \
+            [w + room * x // max(sum(want), 1) for w, x in zip(words, want)]
+        t = Table(title=title, show_lines=False, expand=False)
+        for col, w in zip(columns, widths):
+            t.add_column(col, width=w, overflow="fold")
+        for r in rows:
+            t.add_row(*r)
+        con.print(t)
+        return
+    con.print(Text(title, style="italic"), soft_wrap=True)
+    for r in rows:
+        cells = dict(zip(columns, r))
+        con.print("  ".join(cells[c] for c in head if _plain(cells[c])), soft_wrap=True)
+        for c in columns:
+            if c not in head and _plain(cells[c]):
+                con.print(Padding(Text.from_markup(f"[dim]{c}:[/] {cells[c]}"), (0, 0, 0, 4), expand=False))
+
+
+def print_findings(con: Console, findings, title: str = "findings", show_pass: bool = True) -> None:
+    """The findings: id, verdict, tensor, what, evidence (`print_rows`: no tensor name is ever cut)."""
+    rows = [[f.invariant_id, f"[{STYLE[f.verdict]}]{f.verdict}[/]", f.tensor or "", f.message,
+             _evidence_line(f.evidence)] for f in findings if show_pass or f.verdict != "pass"]
+    print_rows(con, title, ("id", "verdict", "tensor", "what", "evidence"), rows, head=("id", "verdict", "tensor"))
 
 
 def findings_json(findings, **extra) -> str:

@@ -7,9 +7,9 @@ from ..config import ConfigError, SyncConfig
 from ..models import MODELS, ModelError, ModelSpec, register_model
 from ..snapshot import (FILES, MANIFEST, SnapshotError, prepare_out_dir, read_snapshot_dir, snapshot_manifest,
                         write_snapshot_dir)
-from ..sync.payload import digest_matches
+from ..snapshot.disk import changed_since_capture, check_manifest
 from ..sync.pipeline import reference_sync
-from .report import console, findings_json, findings_table, junit_xml
+from .report import console, findings_json, junit_xml, print_findings
 
 
 def write_reference_snapshot(config: SyncConfig, out: str, steps: int = 1) -> str:
@@ -26,6 +26,11 @@ def write_reference_snapshot(config: SyncConfig, out: str, steps: int = 1) -> st
 
 
 def context_from_dir(path: str):
+    """The checks' context for a snapshot directory, and every way its tensors are not what the manifest recorded
+    at capture (`changed_since_capture`). A manifest that disagrees with itself, masters or trainer tensors that do
+    not fit the model, are a SnapshotError (exit 2). The receive report's digests stand for the wire's bytes
+    (`CheckContext.wire_digests`) only where every payload tensor was found as captured here; otherwise the wire is
+    judged by its bytes, as the engine state is."""
     from fp8check.invariants import CheckContext
     snap = read_snapshot_dir(path)
     where = f"{os.path.join(path, MANIFEST)}"
@@ -39,19 +44,15 @@ def context_from_dir(path: str):
         config = SyncConfig.from_dict(snap.manifest.config, f"{where}: config")
     except ConfigError as e:
         raise SnapshotError(str(e)) from None
-    # tensors edited after capture: reported beside the findings (the invariants judge the content)
-    # (read one tensor at a time and not kept: at real shapes the roles together are many gigabytes, and the
-    # masters' high-precision tensors are read by no check)
-    tampered = []
-    for role, digests in snap.manifest.digests.items():
-        s = getattr(snap, role)
-        read = getattr(s.tensors, "read", s.tensors.__getitem__)
-        for n in s.names():
-            if n in digests and not digest_matches(read(n), digests[n]):
-                tampered.append(f"{role}:{n}")
+    check_manifest(snap.manifest, config, where)
+    # tensors not as captured (read one at a time and not kept: at real shapes the roles together are many
+    # gigabytes): the catalog still judges them, and the verdict is never a pass (verify_dir)
+    changed = changed_since_capture(snap)
     _check_masters(config, snap.master, os.path.join(path, FILES["master"]))
-    ctx = CheckContext(config, payload=snap.payload, trainer=snap.trainer, rollout=snap.rollout, master=snap.master)
-    return ctx, tampered
+    _check_trainer(config, snap.trainer, os.path.join(path, FILES["trainer"]))
+    ctx = CheckContext(config, payload=snap.payload, trainer=snap.trainer, rollout=snap.rollout, master=snap.master,
+                       wire_digests=not any(c.startswith(FILES["payload"]) for c in changed))
+    return ctx, changed
 
 
 def _check_masters(config: SyncConfig, master, where: str):
@@ -69,20 +70,47 @@ def _check_masters(config: SyncConfig, master, where: str):
                                 f"{list(want[n])}; re-create the snapshot with `fp8check snapshot`")
 
 
+def _check_trainer(config: SyncConfig, trainer, where: str):
+    """The trainer's tensors are the reference every check compares with: a model tensor of another shape than the
+    model's, or an FP8 weight's scale_inv off the trainer's recipe grid, is a bad snapshot naming the tensor."""
+    from ..layouts import scale_name
+    shape = getattr(trainer.tensors, "shape", lambda n: tuple(trainer[n].shape))
+    names = set(trainer.names())
+    for t in config.spec.tensors():
+        want = {t.name: tuple(t.shape)}
+        if t.name in config.trainer_fp8_tensors:
+            want[scale_name(t.name)] = tuple(config.trainer_recipe.scale_grid(t.shape))
+        for n, w in want.items():
+            if n in names and shape(n) != w:
+                raise SnapshotError(f"{where}: tensor {n!r} has shape {list(shape(n))}, {config.model} under "
+                                    f"{config.trainer_recipe.name} needs {list(w)}; re-create the snapshot with "
+                                    f"`fp8check snapshot`")
+
+
 def verify_dir(path: str, as_json: bool = False, junit: str | None = None, allow_unknown: bool = False) -> int:
+    """`fp8check verify`: the catalog on a snapshot directory. Exit 0 every check holds (1 with UNKNOWN unless
+    `allow_unknown`), 1 a check failed, 2 a bad snapshot: unreadable, a manifest that disagrees with itself or with
+    the model, or tensors changed since capture that no failing check explains (`changed_since_capture`; where a
+    check fails, exit 1 and the changes are listed beside the findings)."""
     from fp8check.invariants import overall, run_catalog
-    ctx, tampered = context_from_dir(path)
+    ctx, changed = context_from_dir(path)
     findings = run_catalog(ctx)
     verdict = overall(findings)
+    if changed and verdict != "fail":
+        raise SnapshotError(f"{path}: {changed[0]}" + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else "")
+                            + "; the snapshot is not what was captured: re-create it with `fp8check snapshot`")
     if as_json:
-        print(findings_json(findings, snapshot=path, changed_since_capture=tampered))
+        print(findings_json(findings, snapshot=path, changed_since_capture=changed))
     else:
         c = console()
         shown = [f for f in findings if f.verdict != "pass"] or [f for f in findings if f.message]
-        c.print(findings_table(shown, title=f"fp8check verify {path}"))
-        if tampered:
-            c.print(f"[yellow]note:[/] {len(tampered)} tensor(s) changed since capture "
-                    f"(manifest digests): {', '.join(tampered[:5])}{' ...' if len(tampered) > 5 else ''}")
+        print_findings(c, shown, title=f"fp8check verify {path}")
+        if changed:
+            c.print(f"[bold red]not as captured[/] ({len(changed)}):", soft_wrap=True)
+            for line in changed[:10]:
+                c.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
+            if len(changed) > 10:
+                c.print(f"  ... and {len(changed) - 10} more (--json lists them)", soft_wrap=True)
         ids = {}
         for f in findings:
             ids.setdefault(f.invariant_id, []).append(f.verdict)

@@ -3,7 +3,7 @@
     llm = vllm.LLM(model=..., quantization="fp8", worker_extension_cls=fp8check.WORKER_EXTENSION)
     harness.watch(llm)                        # once, after start-up: lifecycle facts (S7) from then on
     ... the job syncs its weights its own way ...
-    findings = harness.check_sync(llm, expected, config)     # raises SyncCheckFailed on a FAIL
+    findings = harness.check_sync(llm, expected, config)     # raises SyncCheckFailed on a FAIL or an UNKNOWN
 
 `expected` is what the job meant to install: checkpoint-format tensors (a mapping or an iterable of (name, tensor):
 `*.weight` E4M3 codes + `*.weight_scale_inv` for FP8 GEMMs, BF16 elsewhere), or the job's Megatron-Core model
@@ -13,7 +13,8 @@ layout map and the engine's declared post-load transform applied to `expected`, 
 mismatching parameters move to the host. It never changes engine state.
 
 What a post-hoc check cannot see is UNKNOWN, never PASS: per-tensor versions and idempotence (S7) belong to a sync
-fp8check carries; post-load counts and storage moves need `watch` before the sync.
+fp8check carries; post-load counts and storage moves need `watch` before the sync. An UNKNOWN fails the check like
+a FAIL unless the caller accepts it (`allow_unknown=True`; the plugin's `--fp8check-allow-unknown`).
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def root_first(findings) -> list:
 
 
 class SyncCheckFailed(AssertionError):
-    """A weight sync violated an invariant; `findings` holds every finding, root first."""
+    """A weight sync violated an invariant, or one could not be decided (UNKNOWN, unless the caller accepts it);
+    `findings` holds every finding, root first. The message lists the failures, then what could not be judged."""
 
     def __init__(self, findings):
         from collections import Counter
@@ -67,11 +69,24 @@ class SyncCheckFailed(AssertionError):
             if f.verdict == "fail" and (f.invariant_id, f.tensor) not in seen:
                 seen.add((f.invariant_id, f.tensor))
                 bad.append(f)
+        unknown = [f for f in self.findings if f.verdict == "unknown"]
         per = Counter(f.invariant_id for f in bad)
         lines = [f"{f.invariant_id} {f.tensor or ''}: {f.message}" for f in bad[:8]]
-        more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
+        lines += [f"{f.invariant_id} {f.tensor or ''}: UNKNOWN {f.message}" for f in unknown[:max(0, 8 - len(bad))]]
+        shown = min(len(bad), 8) + min(len(unknown), max(0, 8 - len(bad)))
+        more = f" (and {len(bad) + len(unknown) - shown} more)" if len(bad) + len(unknown) > shown else ""
         head = ", ".join(f"{i} x{n}" for i, n in sorted(per.items()))
-        super().__init__(f"{len(bad)} invariant violation(s) [{head}]{more}:\n  " + "\n  ".join(lines))
+        what = f"{len(bad)} invariant violation(s) [{head}]" if bad else "no violation"
+        if unknown:
+            what += f", {len(unknown)} undecided (UNKNOWN: {', '.join(sorted({f.invariant_id for f in unknown}))})"
+        super().__init__(f"{what}{more}:\n  " + "\n  ".join(lines))
+
+
+def failed(findings, allow_unknown: bool = False) -> bool:
+    """Does a check over these findings fail: a FAIL, an UNKNOWN (unless accepted), or no finding at all."""
+    from fp8check.invariants import overall
+    v = overall(findings)
+    return v == "fail" or (v == "unknown" and not allow_unknown)
 
 
 def run_state_checks(ctx, ids=None) -> list:
@@ -123,15 +138,19 @@ def _expected(expected, config: SyncConfig) -> tuple[dict, list | None]:
 
 
 def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str = "raise",
-               version: int | None = None):
+               version: int | None = None, allow_unknown: bool = False):
     """Run the catalog on `engine`'s state against `expected`. ids: the invariants to run, even where the config
-    says their condition is absent (default: STATE_CHECKS, those that apply). on_fail: raise (SyncCheckFailed) |
-    log | return."""
-    from fp8check.invariants import CheckContext
+    says their condition is absent (default: STATE_CHECKS, those that apply); an id not in the catalog is
+    `UnknownInvariant` (a BadInput) naming it. on_fail: what a failed check does -- raise (SyncCheckFailed) | log |
+    return. A check fails on a FAIL and on an UNKNOWN (a check that could not decide is never a pass), unless
+    `allow_unknown=True`: then only a FAIL does."""
+    from fp8check.invariants import CheckContext, check_ids
     from ..record import ENGINE_RULE, TrainerRecord
     from ..snapshot.model import Snapshot
     if on_fail not in ("raise", "log", "return"):
         raise ValueError(f"check_sync: on_fail must be raise, log or return, got {on_fail!r}")
+    if ids is not None:
+        ids = check_ids(ids)              # before the engine is touched
     from ..sync.payload import payload_from_items
     from ..sync.pipeline import payload_snapshot
     eng = _engine(engine, config)
@@ -149,7 +168,7 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     ctx = CheckContext(config, payload, Snapshot("trainer", trainer_hf, ref),
                        Snapshot("rollout", got.tensors, record))
     findings = root_first(run_state_checks(ctx, ids))
-    if any(f.verdict == "fail" for f in findings):
+    if failed(findings, allow_unknown):
         if on_fail == "raise":
             raise SyncCheckFailed(findings)
         if on_fail == "log":
@@ -157,4 +176,4 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
     return findings
 
 
-__all__ = ["STATE_CHECKS", "SyncCheckFailed", "check_sync", "root_first", "run_state_checks", "watch"]
+__all__ = ["STATE_CHECKS", "SyncCheckFailed", "check_sync", "failed", "root_first", "run_state_checks", "watch"]

@@ -13,6 +13,10 @@ what a sync must install), `fp8check_engine` (the CPU reference vLLM engine, or 
 engine's state and runs the catalog. Your function gets the learner's FP8 forward weights (HF checkpoint names),
 its BF16 masters, and `load(items)`, the engine's checkpoint-format loader (vLLM's layerwise reload). With
 `harness.strategies` you can fuzz it on a laptop.
+
+A check fails on a violated invariant and on one that could not be decided (UNKNOWN): `fp8check_sync(fn,
+allow_unknown=True)`, or `--fp8check-allow-unknown` for the session, accepts UNKNOWN (a FAIL still fails). The
+failure shows the findings, root first, not the plugin's frames.
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ def pytest_addoption(parser):
     g.addoption("--fp8check-live", action="store_true", help="run fp8check_engine on real vLLM (a GPU machine)")
     g.addoption("--fp8check-model", default="tiny-dense", help="model for fp8check_config (a name or config.json)")
     g.addoption("--fp8check-recipe", default="blockwise-fp32", help="recipe for fp8check_config")
+    g.addoption("--fp8check-allow-unknown", action="store_true",
+                help="fp8check_sync passes a check that could not decide (UNKNOWN) instead of failing it")
 
 
 def pytest_configure(config):
@@ -92,8 +98,9 @@ class SyncChecker:
     is judged against its own rule over the learner's BF16 masters (`online_engine_state_hf`), as `check_sync`
     judges one."""
 
-    def __init__(self, config, trainer, engine):
+    def __init__(self, config, trainer, engine, allow_unknown: bool = False):
         self.config, self.trainer, self.engine = config, trainer, engine
+        self.allow_unknown = allow_unknown
 
     def inputs(self, names: str):
         """(weights, masters) as the user's function receives them."""
@@ -109,14 +116,20 @@ class SyncChecker:
             return weights, {n: t.float().clone() for n, t in self.trainer.masters.items()}
         raise ValueError(f"fp8check_sync: names must be 'hf' or 'megatron', got {names!r}")
 
-    def __call__(self, sync_fn, *, ids=None, names: str = "hf"):
-        from fp8check.harness.integrations.check import SYNC_RAISED, SyncCheckFailed, root_first, run_state_checks
+    def __call__(self, sync_fn, *, ids=None, names: str = "hf", allow_unknown: bool | None = None):
+        """Run `sync_fn` and the checks; raise SyncCheckFailed on a FAIL, or an UNKNOWN unless accepted
+        (`allow_unknown`, default the session's `--fp8check-allow-unknown`)."""
+        __tracebackhide__ = True          # a failure shows the findings, not this function's source
+        from fp8check.harness.integrations.check import (SYNC_RAISED, SyncCheckFailed, failed, root_first,
+                                                          run_state_checks)
         from fp8check.harness.record import Resync
         from fp8check.harness.snapshot.model import Snapshot
         from fp8check.harness.sync.capture import FullRead
         from fp8check.harness.sync.payload import payload_from_items
         from fp8check.harness.sync.pipeline import payload_snapshot
-        from fp8check.invariants import CheckContext
+        from fp8check.invariants import CheckContext, check_ids
+        if ids:
+            ids = check_ids(ids)          # before the engine is touched
         cfg, version, eng = self.config, self.trainer.record().version, self.engine
         weights, masters = self.inputs(names)
         if cfg.engine_online:
@@ -181,11 +194,12 @@ class SyncChecker:
                            Snapshot("trainer", expected, reference),
                            Snapshot("rollout", got.tensors, record))
         findings = root_first(run_state_checks(ctx, ids or None))
-        if any(f.verdict == "fail" for f in findings):
+        if failed(findings, self.allow_unknown if allow_unknown is None else allow_unknown):
             raise SyncCheckFailed(findings)
         return findings
 
 
 @pytest.fixture
-def fp8check_sync(fp8check_config, fp8check_trainer, fp8check_engine):
-    return SyncChecker(fp8check_config, fp8check_trainer, fp8check_engine)
+def fp8check_sync(request, fp8check_config, fp8check_trainer, fp8check_engine):
+    return SyncChecker(fp8check_config, fp8check_trainer, fp8check_engine,
+                       allow_unknown=request.config.getoption("--fp8check-allow-unknown"))

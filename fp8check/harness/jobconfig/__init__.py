@@ -43,7 +43,7 @@ ARCHS = ("sm90", "sm100", "sm120")
 @dataclass
 class Line:
     """One pre-flight verdict line."""
-    level: str                 # ok | error | warning
+    level: str                 # ok | error | warning | n/a (the rule has nothing to judge in this job; `why` says why)
     rule: str
     key: str
     value: object

@@ -264,3 +264,79 @@ def read_snapshot_dir(path: str) -> SnapshotDir:
             raise SnapshotError(f"{fp}: missing; a snapshot directory needs {', '.join(FILES.values())}")
         snaps[role] = Snapshot(role, LazyTensors(fp), metas[role])
     return SnapshotDir(path, manifest, raw, **snaps)
+
+
+def _data(x):
+    """`x` as JSON reads it back (tuples as lists): the manifest's fields compare with the config's that way."""
+    return json.loads(json.dumps(x, default=str))
+
+
+def check_manifest(manifest: Manifest, config, where: str) -> None:
+    """The manifest's fields agree with each other: the top-level model / recipe / sync / seed with `config` (the
+    manifest's own `config`, the one the checks run under), the model's spec, the exclusion set and the layout map
+    it records with what that config derives, the step with the trainer's and the payload's versions, and every
+    role has its digests. The first that disagrees is a SnapshotError naming both keys: a verdict under one of
+    two configurations the snapshot claims would be a verdict on neither."""
+    def bad(what):
+        raise SnapshotError(f"{where}: {what}: the manifest disagrees with itself; re-create the snapshot with "
+                            f"`fp8check snapshot`")
+    for key, want, other in (("model", config.model, "config.model"), ("recipe", config.recipe.name, "config.recipe.name"),
+                             ("sync", config.sync_mode, "config.sync_mode"), ("seed", config.seed, "config.seed")):
+        if getattr(manifest, key) != want:
+            bad(f"{key} is {getattr(manifest, key)!r} but {other} is {want!r}")
+    spec = _data(config.spec.to_dict())
+    if manifest.model_spec is not None and _data(manifest.model_spec) != spec:
+        k = next(k for k in sorted(set(manifest.model_spec) | set(spec))
+                 if _data(manifest.model_spec.get(k)) != spec.get(k))
+        bad(f"model_spec.{k} is {manifest.model_spec.get(k)!r} but {config.model}'s spec has {spec.get(k)!r}")
+    for key, want in (("high_precision", sorted(config.high_precision)), ("fp8", sorted(config.fp8_tensors)),
+                      ("ignored_layers", list(config.ignored_layers))):
+        got = getattr(manifest.exclusion, key)
+        if _data(got) != _data(want):
+            extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+            bad(f"exclusion.{key} " + (f"lists {extra[0]!r}, which config does not derive" if extra else
+                                       f"lacks {missing[0]!r}, which config derives" if missing else
+                                       "orders its entries otherwise than config derives them"))
+    if _data(manifest.layout) != _data(config.layout.to_json()):
+        bad("layout is not the layout map config derives")
+    for role, meta in (("trainer", manifest.trainer), ("payload", manifest.payload)):
+        if manifest.step is not None and meta.version is not None and meta.version != manifest.step:
+            bad(f"{role}.version is {meta.version} but step is {manifest.step}")
+    missing = [r for r in FILES if r not in manifest.digests]
+    if missing:
+        raise SnapshotError(f"{where}: digests.{missing[0]}: missing; without the digests taken at capture the "
+                            f"snapshot's integrity cannot be checked: re-create it with `fp8check snapshot`")
+
+
+def changed_since_capture(snap: SnapshotDir) -> list[str]:
+    """Every way the tensors are not what the manifest recorded at capture, one line each naming the role, the
+    tensor and what disagrees: a digest that differs, a tensor with no digest, a digest with no tensor, and a
+    payload tensor whose record's digest is not its own while the receive report says it arrived intact (the
+    report's claim is what lets a check take the wire's bytes as the trainer's without reading them). Each tensor
+    is read once and not kept."""
+    from ..sync.payload import digest_matches
+    out = []
+    for role in FILES:
+        s, digests = getattr(snap, role), snap.manifest.digests.get(role, {})
+        read = getattr(s.tensors, "read", s.tensors.__getitem__)
+        names = set(s.names())
+        for n in s.names():
+            if n not in digests:
+                out.append(f"{FILES[role]}: tensor {n!r} has no digest in {MANIFEST} (added since capture)")
+                continue
+            t = read(n)
+            if not digest_matches(t, digests[n]):
+                out.append(f"{FILES[role]}: tensor {n!r} changed since capture (its bytes do not have the digest "
+                           f"{MANIFEST} records, {digests[n]})")
+            elif role == "payload":
+                rcv = snap.manifest.payload.receive
+                flagged = set(rcv.digest_mismatch) if rcv is not None else set()
+                for r in snap.manifest.payload.records:
+                    if r.name == n and n not in flagged and r.digest != digests[n] and not digest_matches(t, r.digest):
+                        out.append(f"{FILES[role]}: tensor {n!r} does not have its record's digest ({MANIFEST} "
+                                   f"payload.records: {r.digest}) while the receive report lists no mismatch for it")
+                        break
+            del t
+        out += [f"{FILES[role]}: tensor {n!r} is missing, {MANIFEST} records its digest (removed since capture)"
+                for n in sorted(set(digests) - names)]
+    return out

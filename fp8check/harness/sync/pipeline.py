@@ -38,6 +38,12 @@ from .transport import ReceiveReport, pack, unpack
 STAGES = ("config", "trainer", "payload", "buckets", "engine", "serving")
 
 
+class NoTarget(Exception):
+    """A fault injector found nothing to corrupt in this model or configuration (no tensor of the kind it damages,
+    one bucket only, no previous step): the one way an injector says it does not apply. Any other exception an
+    injector raises is an error, never a skipped cell (a KeyError is a bug in the injector, not a missing target)."""
+
+
 @dataclass
 class FaultContext:
     """What a trainer or payload fault may read: the previous step's export, the masters, the learner's export,
@@ -55,15 +61,15 @@ class FaultContext:
 
     def master_hf(self) -> dict:
         if self._master is None:
-            raise LookupError("the trainer's masters are not available to this fault")
+            raise NoTarget("the trainer's masters are not available to this fault")
         return self._master() if callable(self._master) else self._master
 
     def megatron(self) -> dict:
         """The learner's FP8 codes and scales (and high-precision tensors) under Megatron names."""
         try:
             return self.config.layout.hf_to_megatron(self.trainer_hf, with_scales=True)
-        except LayoutError as e:
-            raise LookupError(f"the export does not map back to Megatron names: {e}") from None
+        except LayoutError as e:        # the learner's own export: a map that fails here is a bug, not a target
+            raise RuntimeError(f"the export does not map back to Megatron names: {e}") from None
 
 
 @dataclass
@@ -433,5 +439,5 @@ def reference_sync(config: SyncConfig, *, steps: int = 1, fault=None, **kw) -> t
     return result, trainer, rollout
 
 
-__all__ = ["FaultContext", "STAGES", "SyncResult", "builds_engine", "fault_config", "install_items",
+__all__ = ["FaultContext", "NoTarget", "STAGES", "SyncResult", "builds_engine", "fault_config", "install_items",
            "payload_snapshot", "reference_engines", "reference_sync", "run_sync", "DigestFirst", "FullRead"]

@@ -7,6 +7,8 @@ from ..base import fail
 
 OWN = "fp8check's own"
 NEEDS = ("job",)
+# a rule over one stack's keys (`invariant(stacks=...)`): on another stack's job it is not applicable, never "holds"
+SKYRL, VERL, NEMO_RL = ("skyrl",), ("verl",), ("nemo-rl",)
 
 
 def finding(rule: str, key, value, why: str, fix: str = "", severity: str | None = None):

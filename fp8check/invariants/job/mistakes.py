@@ -7,7 +7,7 @@ from fp8check.harness.jobconfig.keys import ENV_MAPS, SKYRL_EIK, TE_IMPORT_TIME,
 from fp8check.harness.jobconfig.stacks import overlap_keys
 
 from ..base import CheckContext, invariant
-from .common import NEEDS, finding
+from .common import NEEDS, SKYRL, finding
 
 TRUTHY = ("1", "true", "yes")     # verl/utils/kernel/fp8_kernel.py:33
 
@@ -127,7 +127,7 @@ def e4_kv(ctx: CheckContext):
 
 @invariant("E5", "job", "the prefix cache does not outlive a weight sync",
            "prefix caching (on by default in vLLM 0.26) is reset after every weight sync: SkyRL's fully-async mode "
-           "keeps it unless clear_kv_cache_on_weight_sync", needs=NEEDS, live=False, severity="warning",
+           "keeps it unless clear_kv_cache_on_weight_sync", needs=NEEDS, stacks=SKYRL, live=False, severity="warning",
            source="vLLM 0.26 config/cache.py:93 (enable_prefix_caching=True; reload_weights does not reset it); SkyRL "
                   "0.4.0 skyrl/backends/skyrl_train/workers/worker.py:595-604 (resets only when not fully async, or "
                   "with trainer.fully_async.clear_kv_cache_on_weight_sync)",
@@ -136,8 +136,6 @@ def e4_kv(ctx: CheckContext):
                "true (or generator.inference_engine.enable_prefix_caching=false).")
 def e5_prefix_cache(ctx: CheckContext):
     j = ctx.job
-    if j.stack != "skyrl":
-        return []
     k = "trainer.fully_async.clear_kv_cache_on_weight_sync"
     if j.value("trainer.fully_async.enabled") and j.value("generator.inference_engine.enable_prefix_caching") and \
             not j.value(k):
@@ -192,7 +190,7 @@ def e7_amax_epsilon(ctx: CheckContext):
 
 @invariant("E8", "job", "SkyRL's FP8 KV cache runs uncalibrated scales",
            "an fp8 KV cache under SkyRL's FP8 weight sync (dummy boot) gets its q/k/v scales from nowhere calibrated",
-           needs=NEEDS, live=False, severity="warning",
+           needs=NEEDS, stacks=SKYRL, live=False, severity="warning",
            source="SkyRL PR #2072 review (cursor[bot] 'KV scale reset hits every engine', new_inference_worker_wrap.py:58, "
                   "vllm_compat.py:152-204: scales forced to 1.0 at boot, wake and every sync, in every engine); vLLM "
                   "0.26 dummy_loader.py:37-44 + model_loader/weight_utils.py:1364-1373 (dummy-filled KV scales)",
@@ -203,7 +201,7 @@ def e7_amax_epsilon(ctx: CheckContext):
 def e8_kv_skyrl(ctx: CheckContext):
     j = ctx.job
     kv = j.fact("kv_cache_dtype")
-    if j.stack == "skyrl" and j.get("wire") and str(kv.value).startswith("fp8"):
+    if j.get("wire") and str(kv.value).startswith("fp8"):
         return [finding("E8", kv.key, kv.value, "FP8 KV cache in a dummy-booted engine: scales are 1.0 (SkyRL #2072) "
                         "or the dummy loader's random values (without it), never calibrated",
                         f"set {SKYRL_EIK}kv_cache_dtype=auto")]

@@ -12,7 +12,7 @@ from fp8check.harness.jobconfig.versions import (CFG, FQ, Q, S, SKYRL_PRE_RELEAS
                                                  SKYRL_RELEASE, U, V, skyrl_raises, skyrl_source)
 
 from ..base import CheckContext, invariant
-from .common import NEEDS, finding
+from .common import NEEDS, SKYRL, finding
 
 
 
@@ -22,7 +22,7 @@ def _wire(j):
 
 @invariant("K2", "job", "SkyRL's released names",
            "the job uses SkyRL 0.4.0's names: fp8_weight_sync_mode is null, blockwise, mxfp8 or auto, and no variable "
-           "of SkyRL's unreleased FP8 branch (NVTE_FP8_BLOCK_AMAX_EPSILON) is relied on", needs=NEEDS, live=False,
+           "of SkyRL's unreleased FP8 branch (NVTE_FP8_BLOCK_AMAX_EPSILON) is relied on", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("unsupported-wire") + "; names from PR #1898 (refs/pull/1898): serialized_blockwise "
                   "renamed in 42e8eec3, NVTE_FP8_BLOCK_AMAX_EPSILON dropped in 0010f48d",
            why="The SkyRL FP8 article and early PR #1898 wrote fp8_weight_sync_mode=serialized_blockwise and "
@@ -31,8 +31,6 @@ def _wire(j):
                "every such name with the versions that accept it. Write blockwise (or auto) and drop the variable.")
 def k2_old_names(ctx: CheckContext):
     j = ctx.job
-    if j.stack != "skyrl":
-        return []
     w = j.fact("wire_written")
     eps = j.getenv("NVTE_FP8_BLOCK_AMAX_EPSILON")
     found = [n for n, here in (("serialized_blockwise", w.value == "serialized_blockwise"),
@@ -52,7 +50,7 @@ def k2_old_names(ctx: CheckContext):
 
 @invariant("K4", "job", "the engine's quantization is the one SkyRL forces",
            "with FP8 weight sync, engine_init_kwargs.quantization (if written) is what SkyRL forces for the wire: fp8 "
-           "for blockwise, compressed-tensors for mxfp8", needs=NEEDS, live=False,
+           "for blockwise, compressed-tensors for mxfp8", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("quantization-forced") + f"; {Q}:194-209 (wire_to_engine_quantization)",
            why="SkyRL starts vLLM with the quantization method that serves its wire and refuses a user value that "
                "differs (ValueError). Remove engine_init_kwargs.quantization, or set the one the wire needs.")
@@ -68,7 +66,7 @@ def k4_engine_quant(ctx: CheckContext):
 
 @invariant("K7", "job", "persistent FP8 parameters need the FP8 all-gather",
            "fp8_param (persistent FP8 weights) needs ddp_config.fp8_param_gather=true, unless "
-           "trainer.policy.inference_only_init", needs=NEEDS, live=False,
+           "trainer.policy.inference_only_init", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("fp8-param-gather") + " validate_megatron_cfg (ValueError 'Persistent policy fp8_param "
                   "training requires ...fp8_param_gather=true')",
            why="With FP8 parameters the DDP all-gather must move FP8 shards, or every rank re-quantizes a BF16 "
@@ -78,7 +76,7 @@ def k7_param_gather(ctx: CheckContext):
     j = ctx.job
     p = j.fact("fp8_param")
     key = SKYRL_MEGATRON + "ddp_config.fp8_param_gather"
-    if j.stack == "skyrl" and p.value and p.key and p.key.startswith(SKYRL_MEGATRON) and \
+    if p.value and p.key and p.key.startswith(SKYRL_MEGATRON) and \
             not j.value("trainer.policy.inference_only_init") and not j.value(key, False):
         return [finding("K7", key, j.value(key), "persistent FP8 parameters need the FP8 all-gather: "
                         f"{skyrl_raises('fp8-param-gather')}", f"set {key}=true")]
@@ -87,7 +85,7 @@ def k7_param_gather(ctx: CheckContext):
 
 @invariant("K8", "job", "FP8 weight sync needs the Megatron trainer",
            "serialized FP8 weight sync reads the FP8 forward weights from Transformer Engine: trainer.strategy is "
-           "megatron (SkyRL's default is fsdp)", needs=NEEDS, live=False,
+           "megatron (SkyRL's default is fsdp)", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("fp8-sync-needs-megatron") + f"; default strategy fsdp ({CFG}:1466)",
            why="Only the Megatron backend has Transformer Engine's FP8 weights to send. Set trainer.strategy=megatron.")
 def k8_strategy(ctx: CheckContext):
@@ -101,7 +99,7 @@ def k8_strategy(ctx: CheckContext):
 
 @invariant("K10", "job", "the engine boots on dummy weights",
            "with FP8 weight sync, engine_init_kwargs.load_format (if written) is dummy: the first sync supplies the "
-           "weights", needs=NEEDS, live=False, source=skyrl_source("load-format-dummy"),
+           "weights", needs=NEEDS, stacks=SKYRL, live=False, source=skyrl_source("load-format-dummy"),
            why="SkyRL builds the FP8 engine without a checkpoint and refuses any other load_format (ValueError). "
                "Remove engine_init_kwargs.load_format.")
 def k10_load_format(ctx: CheckContext):
@@ -116,7 +114,7 @@ def k10_load_format(ctx: CheckContext):
 @invariant("K11", "job", "the quantization_config SkyRL injects",
            "user hf_overrides.quantization_config keys equal what SkyRL injects for the wire (blockwise: quant_method "
            "fp8, activation_scheme dynamic; mxfp8: quant_method compressed-tensors, format float-quantized, the "
-           "exclusions under `ignore`)", needs=NEEDS, live=False,
+           "exclusions under `ignore`)", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("quantization-config-injected") + f"; {V}:147-185 "
                   "(get_serialized_fp8_quantization_config)",
            why="SkyRL raises on a differing value; and under the mxfp8 wire (compressed-tensors) an `ignored_layers` "
@@ -198,14 +196,14 @@ def k14_e8m0(ctx: CheckContext):
 
 @invariant("K15", "job", "an `auto` wire needs a concrete recipe on the driver",
            "fp8_weight_sync_mode=auto with fp8_recipe=auto needs a driver that sees a GPU: a GPU-less driver leaves "
-           "the recipe auto and SkyRL refuses to guess the wire", needs=NEEDS, live=False,
+           "the recipe auto and SkyRL refuses to guess the wire", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("auto-wire-auto-recipe") + " resolve_auto_wire_format (ValueError \"cannot be resolved "
                   "while fp8_recipe is still 'auto'\")",
            why="The wire shapes every engine's boot config, so unlike the recipe it cannot defer to the workers. On a "
                "GPU-less driver write fp8_recipe (blockwise | mxfp8) or fp8_weight_sync_mode explicitly.")
 def k15_auto_auto(ctx: CheckContext):
     j = ctx.job
-    if j.stack == "skyrl" and j.get("wire_written") == "auto" and j.get("recipe_written") == "auto" and \
+    if j.get("wire_written") == "auto" and j.get("recipe_written") == "auto" and \
             j.get("gpu_assumed"):
         w = j.fact("wire_written")
         return [finding("K15", w.key, w.value, "the driver sees no GPU, so fp8_recipe stays auto and the wire cannot "
@@ -217,7 +215,7 @@ def k15_auto_auto(ctx: CheckContext):
 
 @invariant("K16", "job", "FP8 weight sync goes over the nccl backend",
            "with FP8 weight sync, generator.inference_engine.weight_sync_backend is nccl (CUDA IPC when colocated): "
-           "not delta, sharded_rdt (rdt) or a name the Megatron path does not know", needs=NEEDS, live=False,
+           "not delta, sharded_rdt (rdt) or a name the Megatron path does not know", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("sync-backend", "megatron-backends"),
            why="Neither delta nor sharded_rdt can carry the quantized payload + scale pairs FP8 weight sync is made "
                "of (the RDT sources export tensors cast to the inference dtype; the delta checkpoint format has no "
@@ -236,7 +234,7 @@ def k16_backend(ctx: CheckContext):
 
 
 @invariant("K17", "job", "FP8 weight sync serves through vLLM",
-           "with FP8 weight sync, generator.inference_engine.backend is vllm", needs=NEEDS, live=False,
+           "with FP8 weight sync, generator.inference_engine.backend is vllm", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("megatron-serves-vllm") + " (validate_megatron_cfg: only vllm with megatron)",
            why="SkyRL's Megatron path and its FP8 receiver exist for vLLM only. Set generator.inference_engine.backend=vllm.")
 def k17_vllm(ctx: CheckContext):
@@ -250,7 +248,7 @@ def k17_vllm(ctx: CheckContext):
 
 @invariant("K19", "job", "SkyRL has an FP8 spec for the model",
            "SkyRL's FP8 weight sync finds a registered ModelFp8Spec for the model (at PR #2072 only Qwen3.5: "
-           "model_type qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)", needs=NEEDS, live=False,
+           "model_type qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)", needs=NEEDS, stacks=SKYRL, live=False,
            severity="warning",
            source=skyrl_source("model-spec") + " (_serialized_fp8_ignored_layers raises 'no registered model spec'); "
                   "skyrl/backends/skyrl_train/weight_sync/fp8/models/qwen35.py:77",
@@ -271,7 +269,7 @@ def k19_spec(ctx: CheckContext):
 
 @invariant("X6", "exclusion", "the engine's ignored_layers come from the one exclusion set",
            "an explicit engine ignored_layers (blockwise) / ignore (mxfp8) override equals the trainer's high-precision "
-           "GEMMs exactly", needs=NEEDS, live=False,
+           "GEMMs exactly", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("ignored-layers-override") + " (raises when the user list differs from the spec's)",
            why="Two lists of high-precision modules drift apart: a module BF16 in one engine and FP8 in the other "
                "runs another policy. Remove the override; the list is derived from the one exclusion set.")
@@ -280,7 +278,7 @@ def x6_override(ctx: CheckContext):
     wire = _wire(j)
     name = "ignore" if wire == "mxfp8" else "ignored_layers"
     k = SKYRL_QCFG + name
-    if j.stack != "skyrl" or not j.has(k) or not isinstance(j.value(k), list):
+    if not j.has(k) or not isinstance(j.value(k), list):
         return []
     want, got = set(ctx.config.ignored_layers), set(j.value(k))
     if got != want:
@@ -293,7 +291,7 @@ def x6_override(ctx: CheckContext):
 
 @invariant("K23", "job", "MXFP8 batched experts reduce over multiples of 32",
            "with the mxfp8 wire on an MoE model, every routed expert's reduction dim divides by 32: hidden_size for "
-           "gate|up (w13) and moe_intermediate_size for down (w2)", needs=NEEDS, live=False,
+           "gate|up (w13) and moe_intermediate_size for down (w2)", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("mxfp8-experts-k") + f" (batched MoE experts, {V}:199-238, are not filtered like "
                   "dense weights; 'MXFP8 requires the reduction dimension to be a multiple of 32' raised while "
                   "serializing)",
@@ -316,7 +314,7 @@ def k23_mx_experts(ctx: CheckContext):
 
 @invariant("K24", "job", "the MX cast backend runs on this GPU",
            "SKYRL_MX_CAST_BACKEND=te (Transformer Engine's MXFP8 quantizer for the wire) only on a GPU where TE's "
-           "MXFP8 runs (sm100+)", needs=NEEDS, live=False,
+           "MXFP8 runs (sm100+)", needs=NEEDS, stacks=SKYRL, live=False,
            source=skyrl_source("mx-cast-backend") + " ('SKYRL_MX_CAST_BACKEND=te but the TE MXFP8 quantizer is "
                   "unusable on this device', raised when the wire is first cast)",
            why="The variable forces TE's MXFP8 cast for the serialized wire; TE has no MXFP8 kernels before "
@@ -324,7 +322,7 @@ def k23_mx_experts(ctx: CheckContext):
                "cast that runs here) or run the trainer on sm100+.")
 def k24_mx_cast(ctx: CheckContext):
     j = ctx.job
-    if j.stack != "skyrl" or _wire(j) != "mxfp8":
+    if _wire(j) != "mxfp8":
         return []
     v = j.getenv("SKYRL_MX_CAST_BACKEND")
     arch = j.get("gpu")
@@ -336,7 +334,8 @@ def k24_mx_cast(ctx: CheckContext):
 
 @invariant("K25", "job", "FP8 weight sync has no speculative decoding",
            "with FP8 weight sync, no speculative decoding: no generator.inference_engine.speculative_config and no "
-           "trainer.mtp.enabled (which sets one unless SKYRL_DISABLE_SPEC=1)", needs=NEEDS, live=False,
+           "trainer.mtp.enabled (which sets one unless SKYRL_DISABLE_SPEC=1)", needs=NEEDS, stacks=SKYRL,
+           live=False,
            source=skyrl_source("speculative-decoding"),
            why="SkyRL's speculative decoding drafts with the policy's MTP head, which every weight sync must reach, "
                "and vLLM's drafter has no loader for the serialized FP8 wire. SkyRL 0.4.0 refuses the pair at "
@@ -364,7 +363,8 @@ def k25_speculative(ctx: CheckContext):
 
 @invariant("K26", "job", "a GPU-less SkyRL driver is told the block-scale contract",
            "when the job runs FP8 (training, persistent parameters or the blockwise wire) and the driver sees no GPU, "
-           "NVTE_FP8_BLOCK_SCALING_FP32_SCALES is exported in the driver's environment", needs=NEEDS, live=False,
+           "NVTE_FP8_BLOCK_SCALING_FP32_SCALES is exported in the driver's environment", needs=NEEDS, stacks=SKYRL,
+           live=False,
            source=skyrl_source("gpu-less-driver") + " (prepare_runtime_environment); fixes the PR #1898 review's 'CPU "
                   "driver forces Hopper FP8 scales'",
            why="SkyRL fixes one block-scale contract for every Ray actor before ray.init, from the driver's own GPU; a "
@@ -373,7 +373,7 @@ def k25_speculative(ctx: CheckContext):
                "NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1 (Hopper) or 0 (Blackwell).")
 def k26_gpu_less_driver(ctx: CheckContext):
     j = ctx.job
-    if j.stack != "skyrl" or not j.get("gpu_assumed"):
+    if not j.get("gpu_assumed"):
         return []
     var = "NVTE_FP8_BLOCK_SCALING_FP32_SCALES"
     contract = j.get("wire") == "blockwise" or j.get("fp8_training") or bool(j.get("fp8_param"))

@@ -6,7 +6,7 @@ from fp8check.harness.jobconfig.keys import VERL_ROLLOUT, VERL_VLLM_KWARGS
 from fp8check.harness.jobconfig.stacks import required_high_precision, verl_ignored
 
 from ..base import CheckContext, invariant, unknown
-from .common import NEEDS, finding
+from .common import NEEDS, VERL, finding
 
 SERVER = "verl/workers/rollout/vllm_rollout/vllm_async_server.py"
 QUANT = {"vllm": ("fp8", "torchao", "ascend"), "sglang": ("fp8",), "trtllm": ("fp8",)}
@@ -14,15 +14,13 @@ QUANT = {"vllm": ("fp8", "torchao", "ascend"), "sglang": ("fp8",), "trtllm": ("f
 
 @invariant("V1", "job", "a rollout quantization verl supports",
            "actor_rollout_ref.rollout.quantization is fp8, torchao or ascend for vLLM and fp8 for SGLang / TRT-LLM",
-           needs=NEEDS, live=False,
+           needs=NEEDS, stacks=VERL, live=False,
            source=f"verl {SERVER}:1065-1069 (_apply_quantization); verl/workers/rollout/sglang_rollout/"
                   "async_sglang_server.py:302-312; verl/workers/rollout/trtllm_rollout/trtllm_async_server.py:207-220",
            why="verl raises at server launch, after the trainer has started, for any other value (the RolloutConfig "
                "dataclass does not validate it). Use quantization=fp8.")
 def v1_quantization(ctx: CheckContext):
     j = ctx.job
-    if j.stack != "verl":
-        return []
     q, eng = j.fact("engine_quantization"), j.get("rollout_engine")
     ok = QUANT.get(eng, QUANT["vllm"])
     if q.value is not None and q.value not in ok:
@@ -35,7 +33,7 @@ def v1_quantization(ctx: CheckContext):
            "every GEMM the model keeps in high precision (routers, shared-expert gates, GDN a/b projections) is in the "
            "ignored_layers verl injects: `model.layers.N.mlp.gate` for every layer on vLLM (matched exactly by its Fp8Config), "
            "none on TRT-LLM",
-           needs=NEEDS, live=False,
+           needs=NEEDS, stacks=VERL, live=False,
            source=f"verl {SERVER}:1071-1088 (the router exclusion for every layer); verl/workers/rollout/trtllm_rollout/"
                   "trtllm_async_server.py:207-220 (no ignored_layers); vLLM 0.26 model_executor/layers/"
                   "quantization/utils/quant_utils.py:510-560 (is_layer_skipped, exact match for Fp8Config); review of "
@@ -48,7 +46,7 @@ def v1_quantization(ctx: CheckContext):
                "the list.")
 def v2_ignored(ctx: CheckContext):
     j = ctx.job
-    if j.stack != "verl" or not j.get("rollout_format"):
+    if not j.get("rollout_format"):
         return []
     spec = ctx.config.spec
     injected = verl_ignored(spec, j.get("rollout_engine"))
@@ -67,7 +65,7 @@ def v2_ignored(ctx: CheckContext):
 
 @invariant("V3", "job", "verl's FP8 E2E with FP32 block scales",
            "verl FP8 training with the blockwise recipe runs with NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1, which verl's "
-           "docs require and its code never sets or checks", needs=NEEDS, live=False,
+           "docs require and its code never sets or checks", needs=NEEDS, stacks=VERL, live=False,
            source="verl docs/low_precision/fp8.md ('FP8 End-to-End', Requirements: NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1); "
                   "no verl code reads it at 1dda039b; Blackwell E2E failure verl #6172",
            why="Transformer Engine defaults to power-of-two block scales; verl's rollout quantizer writes FP32 scales "
@@ -76,7 +74,7 @@ def v2_ignored(ctx: CheckContext):
                "Blackwell TE's blockwise recipe cannot use FP32 scales (C3): there, verl's FP8 E2E cannot agree.")
 def v3_nvte(ctx: CheckContext):
     j = ctx.job
-    if j.stack == "verl" and j.get("fp8_training") and j.get("recipe") == "blockwise":
+    if j.get("fp8_training") and j.get("recipe") == "blockwise":
         e = j.fact("env.trainer.NVTE_FP8_BLOCK_SCALING_FP32_SCALES")
         if e.value != "1":
             return [finding("V3", e.key, e.value, f"verl's FP8 E2E needs FP32 block scales ({e.origin}): the trainer "
@@ -87,14 +85,14 @@ def v3_nvte(ctx: CheckContext):
 
 @invariant("V4", "job", "engine_kwargs do not replace verl's FP8 settings",
            "with rollout.quantization set, engine_kwargs.vllm writes neither quantization nor hf_overrides: verl spreads "
-           "engine_kwargs last, so they silently replace its FP8 config", needs=NEEDS, live=False,
+           "engine_kwargs last, so they silently replace its FP8 config", needs=NEEDS, stacks=VERL, live=False,
            source=f"verl {SERVER}:302-327 (`**engine_kwargs` after quantization / hf_overrides)",
            why="engine_kwargs.vllm.hf_overrides replaces verl's whole FP8 quantization_config (block size, router "
                "exclusions), and engine_kwargs.vllm.quantization the method, with no error. Set FP8 through "
                "rollout.quantization / quantization_config_file only.")
 def v4_engine_kwargs(ctx: CheckContext):
     j, out = ctx.job, []
-    if j.stack != "verl" or j.get("engine_quantization") is None:
+    if j.get("engine_quantization") is None:
         return out
     q = j.get("engine_quantization")
     k = VERL_VLLM_KWARGS + "quantization"
@@ -111,7 +109,7 @@ def v4_engine_kwargs(ctx: CheckContext):
 
 @invariant("V5", "job", "verl's TRT-LLM FP8 rollout boots on dummy weights",
            "with rollout.name=trtllm and quantization=fp8, actor_rollout_ref.rollout.load_format is dummy",
-           needs=NEEDS, live=False,
+           needs=NEEDS, stacks=VERL, live=False,
            source="verl verl/workers/rollout/trtllm_rollout/trtllm_async_server.py:207-220 (ValueError 'FP8 "
                   "quantization is only supported for dummy load format')",
            why="verl's TRT-LLM server builds the FP8 model empty and fills it at the first refit; it raises at server "
@@ -119,7 +117,7 @@ def v4_engine_kwargs(ctx: CheckContext):
 def v5_trtllm_dummy(ctx: CheckContext):
     j = ctx.job
     lf = j.fact("load_format")
-    if j.stack == "verl" and j.get("rollout_engine") == "trtllm" and j.get("engine_quantization") == "fp8" and \
+    if j.get("rollout_engine") == "trtllm" and j.get("engine_quantization") == "fp8" and \
             lf.value != "dummy":
         return [finding("V5", lf.key, lf.value, "verl's TRT-LLM FP8 rollout needs load_format=dummy (raises at launch)",
                         f"set {lf.key}=dummy")]
