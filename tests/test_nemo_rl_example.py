@@ -1,8 +1,7 @@
 """examples/nemo_rl_fp8_generation: a user project that runs NeMo RL's FP8 generation refit, NeMo RL's own quantizer
 (executed from its source at the pinned commit) on the engine's load path, under fp8check's pytest plugin, and
 asserts what fp8check finds. Run as a user runs it: `pytest examples/nemo_rl_fp8_generation` in a subprocess.
-NeMo RL's fp8.py must be here (.ci/run fetches it: `python examples/nemo_rl_fp8_generation/nemo_rl_loader.py
---fetch`); without it the test skips and says how to get it."""
+NeMo RL's fp8.py is vendored unmodified in third_party/nemo_rl (its README names the commit)."""
 import os
 import re
 import subprocess

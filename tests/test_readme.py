@@ -179,3 +179,23 @@ def test_the_readme_holds_no_commit_hash():
     README has no generated table; figures with their commits live in results/*.json."""
     for word in re.findall(r"\b[0-9a-f]{7,40}\b", _text()):
         assert not re.search(r"\d", word), f"README holds a commit hash: {word}"
+
+
+def _test_command(text: str) -> str:
+    """The command after the README's `# the tests` comment, its continuation lines joined."""
+    lines = text[text.index("# the tests"):].split("\n")[1:]
+    cmd = []
+    for ln in lines:
+        cmd.append(ln.strip().rstrip("\\").strip())
+        if not ln.rstrip().endswith("\\"):
+            break
+    return " ".join(cmd)
+
+
+def test_ci_runs_the_readmes_test_command_verbatim():
+    ci = open(os.path.join(ROOT, ".ci", "run")).read()
+    cmd = _test_command(_text())
+    assert cmd.endswith("pytest -n auto") and cmd.startswith("pip install torch==2.13.0"), cmd
+    joined = re.sub(r"\\\n\s*", "", ci)
+    assert " ".join(cmd.split()) in " ".join(joined.split()), (cmd, joined)
+    assert _test_command(open(os.path.join(DOCS, "getting-started.md")).read()) == cmd
