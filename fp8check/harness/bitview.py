@@ -1,7 +1,7 @@
-"""Bit comparisons over the widest integer view a tensor's bytes allow: `torch.equal` on uint8 views is 7-12x
-slower than on int64 views, and at real shapes (a 151936 x 4096 BF16 embedding, 1.2 GB) the checks compare
-gigabytes per sync. Element-wise differences are found chunk by chunk, so evidence for one differing element
-never allocates an index per element of the tensor."""
+"""Bit comparisons over the widest integer view a tensor's bytes allow: a wide word compares several bytes per
+element, and at real shapes (a vocabulary embedding is over a gigabyte) the checks compare gigabytes per sync.
+Element-wise differences are found chunk by chunk, so evidence for one differing element never allocates an index
+per element of the tensor."""
 from __future__ import annotations
 
 from enum import Enum
@@ -90,8 +90,9 @@ def differs(a: torch.Tensor, b: torch.Tensor, mode: ScreenMode = ScreenMode.BY_D
 
 class FlagOf:
     """Element `index` of a bool vector on a device, as a flag: what a screen over many tensors at once gives each
-    tensor (S3's encodings, TE's zero-block rule). One Python object, not a 0-d tensor each (a view costs ~3 us of
-    host time: 3000 of them at Qwen3-30B-A3B's 1536 expert weights); `resolve` copies each vector to the host once."""
+    tensor (S3's encodings, TE's zero-block rule). One Python object, not a 0-d tensor each (a tensor view is host
+    work per flag, and an MoE model has thousands of expert weights); `resolve` copies each vector to the host
+    once."""
     __slots__ = ("vector", "index")
 
     def __init__(self, vector: torch.Tensor, index: int):
@@ -154,7 +155,8 @@ def elements(t: torch.Tensor) -> torch.Tensor:
 
 
 def _any(mask: torch.Tensor) -> bool:
-    """`mask.any()` of a bool mask: its bytes' max where it is contiguous (the CPU's bool any is ~25x slower)."""
+    """`mask.any()` of a bool mask: its bytes' max where it is contiguous (the CPU's bool `any` is far slower than a
+    uint8 max)."""
     if mask.dtype == torch.bool and mask.numel() and mask.is_contiguous():
         return bool(mask.view(torch.uint8).amax())
     return bool(mask.any())
@@ -162,7 +164,8 @@ def _any(mask: torch.Tensor) -> bool:
 
 def _first_true(mask: torch.Tensor, row: int = 4096) -> int:
     """Flat index of the first True of a bool mask holding one: the first row of `row` elements that holds one,
-    then its first (argmax returns the first maximum; over the whole mask, the CPU's uint8 argmax is ~10x slower)."""
+    then its first (argmax returns the first maximum; a row max first spares the CPU's slow uint8 argmax over the
+    whole mask)."""
     u = mask.view(torch.uint8)
     if not mask.is_contiguous():
         return int(u.argmax())

@@ -1,15 +1,15 @@
 """The state digest of `harness.digest` as a Triton kernel (CUDA tensors; CPU tensors under TRITON_INTERPRET=1).
 
-A pointer table, so that a whole engine's parameters (147 to 3127 tensors) cost a few launches, not one to three
-Python launches per tensor; and pieces at word offsets, so that a fused parameter's digest is computed from the
+A pointer table, so that a whole engine's parameters (hundreds to thousands of tensors) cost a few launches, not
+one to three Python launches per tensor; and pieces at word offsets, so that a fused parameter's digest is computed from the
 checkpoint tensors it is made of without building it (`harness.digest.assembled_digests`).
 
 Work is cut by the definition's blocks of BLOCK words: a program computes BLOCKS_PER_PROGRAM consecutive blocks'
 sums for one piece (the words of each block that the piece covers; the rest, and blocks past the piece's end, are
 masked to zero, which fmix32 keeps neutral), multiplies each by its block's Q_j and writes one uint32 per lane. The partial sums are added per output tensor on the device
 (index_add_ into int64: exact, then mod 2^32) and copied to the host once. P_j comes from a 64 KiB table that
-stays in the cache; its loads cost L1 bandwidth, not arithmetic (hashing every word's position took ~60 integer
-operations a word and ran at ~1.1 TB/s on the H200).
+stays in the cache; its loads cost L1 bandwidth, not arithmetic (hashing every word's position instead would make
+the kernel ALU-bound rather than memory-bound: `harness.digest`, why the multiplier factors through blocks).
 
 One int64 row per piece -- source, units, first program, first word, output, programs, first block -- goes to
 the device in one copy. Three kinds of piece, one launch each (per sentinel element size): VEC, whole groups of
@@ -38,8 +38,9 @@ except ImportError as _e:
     _IMPORT_ERROR = _e
 
 BLOCK = BLOCK_WORDS            # words per block of the definition
-# blocks a program sums (a kept plan is for one value: see _plan_key). H200, 1 GiB, plans kept (call 35,
-# `bench/gpu_bench.py --digest`): 1 block 1905 GB/s (0.92 of the copy rate), 2: 1265, 4: 1498-1730, 8: 1067
+# blocks a program sums (a kept plan is for one value: see _plan_key); any count gives the same sums, one is the
+# default because it was the fastest (`bench/gpu_bench.py --digest` measures it; its figures live in
+# benchmarks/results, not here)
 BLOCKS_PER_PROGRAM = 1
 ROW = 7                        # source, units, first program, first word, output, programs, first block
 VEC, WORD, BYTES = 0, 1, 2
@@ -121,8 +122,8 @@ if triton is not None:
                       KIND: tl.constexpr, SENT: tl.constexpr, G: tl.constexpr):
         """Blocks k0 .. k0 + G - 1 of program pid0 + program_id's piece, summed: lane sums of the piece's words in
         each block times that block's Q_j[k] (and with SENT, the count of all-0xFF elements of SENT bytes). G > 1
-        pays the table lookups once for G blocks and shares the multiplier table's loads (sm90 PTX loads it once),
-        but measured slower on the H200 than one block a program (BLOCKS_PER_PROGRAM)."""
+        pays the table lookups once for G blocks and shares the multiplier table's loads (sm90 PTX loads it once);
+        any G gives the same sums (BLOCKS_PER_PROGRAM picks it)."""
         pid = pid0 + tl.program_id(0).to(tl.int64)
         row = table_ptr + tl.load(piece_ptr + pid) * ROW
         src = tl.load(row)
