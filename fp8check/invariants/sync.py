@@ -3,6 +3,8 @@
 Every check is a pure function of (config, payload, trainer snapshot, rollout snapshot [+ master]) and the typed
 records beside them (harness.record); the rollout is compared in checkpoint coordinates after undoing the layout
 the config declares and applying the post-load transform the engine declares. No engine code is imported.
+S3's screens (computed over every scale and FP8 weight at once, and begun by the pipeline beside the install) are
+`invariants.screens`; S2, S3, S4 take the `ScreenMode` their flags reach the host by (harness.bitview).
 """
 from __future__ import annotations
 
