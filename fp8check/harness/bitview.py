@@ -71,8 +71,8 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def differs(a: torch.Tensor, b: torch.Tensor, mode: ScreenMode = ScreenMode.BY_DEVICE):
-    """`not bits_equal(a, b)` as a flag that need not cross to the host yet: a Python bool, or for two tensors on
-    one device where `mode` defers a 0-d bool tensor there (compared chunk by chunk: a bounded temporary).
+    """`not bits_equal(a, b)` as a flag that need not cross to the host yet: a Python bool, or, for two tensors on
+    one device that `mode` defers on, a 0-d bool tensor there (compared chunk by chunk: a bounded temporary).
     `resolve` turns a list of flags into bools with one copy per device, so a check comparing many tensors waits
     on the device once, not once per `torch.equal`. Tensors on two devices, or on meta, give a bool."""
     if a is b:
