@@ -1,9 +1,11 @@
 """The layers of docs/design.md, enforced: every import (module level or inside a function) points down or
-sideways, never up; the checks never import engine code; no private name crosses a package; the public face
-exports what it promises; every registry agrees with the lists derived from it."""
+sideways, never up; the checks never import engine code, and no engine imports the faults; no private name crosses
+a package; no production module reads a flag that tests flip; the public face exports what it promises; every
+registry agrees with the lists derived from it."""
 import ast
 import importlib
 import pathlib
+import re
 
 import pytest
 
@@ -178,6 +180,165 @@ def test_checks_import_no_engine_code():
         if module.startswith("fp8check.invariants"):
             for mod, name, line in imports(module, path):
                 assert not (mod or "").startswith("fp8check.harness.engines"), f"{module}:{line} imports {mod}"
+
+
+def test_no_engine_imports_the_faults():
+    """An engine is what a fault corrupts, never where one comes from: the faults drive an engine through its
+    protocol (knobs, install), so an engine that imports them would inject from inside."""
+    bad = [f"{module}:{line} imports {mod}{'.' + name if name else ''}"
+           for module, path in ALL if module.startswith("fp8check.harness.engines")
+           for mod, name, line in imports(module, path)
+           if mod == "fp8check.faults" or (mod or "").startswith("fp8check.faults.")
+           or (mod == "fp8check" and name == "faults")]
+    assert bad == [], "engines import the faults:\n" + "\n".join(bad)
+
+
+# A flag tests flip is a second production path chosen by a global: the caller passes the choice instead (an
+# argument defaulting to production's: bitview.ScreenMode, digest_triton's keep_plans=, C1's fused=). A flag is a
+# module-level bool; tests may still shrink a size (CHUNK, BLOCKS_PER_PROGRAM), which chooses no path.
+TEST_FLAG_NAME = re.compile(r"_(ON|OFF)_(CPU|CUDA|GPU|DEVICE)$")
+TEST_FLAG_COMMENT = re.compile(r"^#\s*(tests?|for tests|only tests)\b", re.IGNORECASE)
+TEST_DIRS = ("tests", "examples")
+FLAGS_BEING_REMOVED = {"BACKGROUND_ON_CPU"}      # removed by the i44-road branch; drop at merge
+
+
+def _upper(name: str) -> bool:
+    return bool(re.fullmatch(r"_?[A-Z][A-Z0-9_]*", name))
+
+
+def module_flags(path: pathlib.Path) -> dict[str, tuple[int, str]]:
+    """A module's module-level bool constants: UPPER_CASE name -> (line, the line's trailing comment or "")."""
+    text = path.read_text()
+    lines, out = text.splitlines(), {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool)):
+            continue
+        line = lines[node.end_lineno - 1]
+        comment = line[line.index("#"):] if "#" in line[node.end_col_offset:] else ""
+        for t in targets:
+            if isinstance(t, ast.Name) and _upper(t.id):
+                out[t.id] = (node.lineno, comment)
+    return out
+
+
+def says_test_flag(name: str, comment: str) -> bool:
+    return bool(TEST_FLAG_NAME.search(name) or TEST_FLAG_COMMENT.search(comment))
+
+
+FLAGS = {(module, name): where for module, path in ALL for name, where in module_flags(path).items()}
+
+
+def test_no_production_module_declares_a_test_flag():
+    """No module-level bool whose name (`*_ON_CPU`, `*_OFF_CUDA`) or comment (`# tests: ...`) says tests flip it."""
+    bad = [f"{module}:{line} {name} {comment}" for (module, name), (line, comment) in sorted(FLAGS.items())
+           if says_test_flag(name, comment) and name not in FLAGS_BEING_REMOVED]
+    assert bad == [], "production reads a flag tests flip; let the caller pass the choice:\n" + "\n".join(bad)
+
+
+def _test_sources():
+    for d in TEST_DIRS:
+        yield from sorted((ROOT / d).rglob("*.py"))
+
+
+def _aliases(tree) -> dict[str, str]:
+    """Local name -> the fp8check module an import anywhere in the file (module or function level) binds it to:
+    `import fp8check.a.b as x`, `from fp8check.a import b as x`, `import fp8check`."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if ours(a.name):
+                    out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level and ours(node.module):
+            for a in node.names:
+                if _is_module(f"{node.module}.{a.name}"):
+                    out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out
+
+
+def flag_writes(tree) -> list[tuple[int, str, str]]:
+    """(line, target, NAME), in line order, for every `setattr(target, "NAME", ...)` (monkeypatch's too),
+    `monkeypatch.setattr("target.NAME", ...)` and `target.NAME = ...` (also inside a tuple) with an UPPER_CASE
+    NAME; a dotted-string target is written with its quotes."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f, args = node.func, node.args
+            if not ((isinstance(f, ast.Name) and f.id == "setattr") or (isinstance(f, ast.Attribute)
+                                                                         and f.attr == "setattr")):
+                continue
+            if len(args) >= 2 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str):
+                if _upper(args[1].value):
+                    out.append((node.lineno, ast.unparse(args[0]), args[1].value))
+            elif args and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str):
+                target, _, name = args[0].value.rpartition(".")
+                if target and _upper(name):
+                    out.append((node.lineno, repr(target), name))
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                    if isinstance(e, ast.Attribute) and _upper(e.attr):
+                        out.append((node.lineno, ast.unparse(e.value), e.attr))
+    return sorted(out)
+
+
+def flipped_flags(source: str, flags=None) -> list[str]:
+    """The module flags (`flags`: (module, NAME) -> where; default every fp8check module's) a test's source
+    writes: through a name its imports bind to an fp8check module, a dotted "fp8check...." target, or -- where the
+    target is bound to nothing of ours (a module a helper returned, `dt = load(...)`) -- anything, when NAME is
+    some fp8check module's flag."""
+    flags = FLAGS if flags is None else flags
+    tree = ast.parse(source)
+    aliases, modules_of = _aliases(tree), {}
+    for module, name in flags:
+        modules_of.setdefault(name, []).append(module)
+    out = []
+    for line, target, name in flag_writes(tree):
+        if name not in modules_of or name in FLAGS_BEING_REMOVED:
+            continue
+        dotted = target.strip("'\"")
+        root, _, rest = dotted.partition(".")
+        module = aliases[root] + ("." + rest if rest else "") if root in aliases else dotted if ours(root) else None
+        if module is None or (module, name) in flags:
+            out.append(f"{line}: {target}.{name} ({', '.join(sorted(modules_of[name]))})")
+    return out
+
+
+def test_no_test_flips_a_production_flag():
+    """No test or example writes an fp8check module's module-level bool (monkeypatch.setattr, setattr or an
+    assignment): production reads no global a test flips."""
+    bad = [f"{path.relative_to(ROOT)}:{b}" for path in _test_sources() for b in flipped_flags(path.read_text())]
+    assert bad == [], "tests flip production flags; pass the choice as an argument instead:\n" + "\n".join(bad)
+
+
+def test_the_flag_rules_see_a_flag(tmp_path):
+    """Both rules fire on what they exist for (bitview's former `DEFER_ON_CPU = False  # tests: ...`, and a test's
+    monkeypatch of it, its assignment, its dotted setattr and a setattr on a module a helper returned), and pass a
+    size a test shrinks, a bool no comment marks, and another module's attribute of the flag's name."""
+    src = tmp_path / "mod.py"
+    src.write_text('"""m."""\nCHUNK = 1 << 24\nDEFER_ON_CPU = False      # tests: CPU tensors defer\n'
+                   'KEEP: bool = True  # tests: plans everywhere\nPLAIN = True  # a real switch\n')
+    flags = module_flags(src)
+    assert set(flags) == {"DEFER_ON_CPU", "KEEP", "PLAIN"}
+    assert sorted(n for n, (_, c) in flags.items() if says_test_flag(n, c)) == ["DEFER_ON_CPU", "KEEP"]
+    source = ("import fp8check.harness.bitview as bv\nimport fp8check.invariants.sync as isync\n"
+              "def test_a(monkeypatch):\n    monkeypatch.setattr(bv, 'DEFER_ON_CPU', True)\n"
+              "    monkeypatch.setattr(bv, 'CHUNK', 64)\n"
+              "    old, bv.DEFER_ON_CPU = bv.DEFER_ON_CPU, True\n"
+              "    monkeypatch.setattr('fp8check.harness.bitview.DEFER_ON_CPU', True)\n"
+              "    dt = load()\n    monkeypatch.setattr(dt, 'DEFER_ON_CPU', True)\n"
+              "    monkeypatch.setattr(isync, 'DEFER_ON_CPU', True)\n")
+    assert [(line, name) for line, _, name in flag_writes(ast.parse(source))] == \
+        [(4, "DEFER_ON_CPU"), (5, "CHUNK"), (6, "DEFER_ON_CPU"), (7, "DEFER_ON_CPU"), (9, "DEFER_ON_CPU"),
+         (10, "DEFER_ON_CPU")]
+    got = flipped_flags(source, {("fp8check.harness.bitview", n): w for n, w in flags.items()})
+    assert [g.split(":")[0] for g in got] == ["4", "6", "7", "9"], got
 
 
 def test_no_private_name_crosses_a_package():

@@ -178,9 +178,9 @@ SCREENS = [(None, "tiny-dense", r) for r in ("blockwise-fp32", "blockwise-pow2",
 @pytest.mark.parametrize("name,model,recipe", SCREENS, ids=[f"{n or 'clean'}-{r}" for n, _, r in SCREENS])
 def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model, recipe, monkeypatch):
     """S3's screens of the trainer's own tensors (its scales' encodings, TE's zero-block rule) begin beside the
-    install on the GPU path (`invariants.sync.trainer_screens`; here on the CPU through the same thread): the same
+    install on the GPU path (`invariants.screens.trainer_screens`; here on the CPU through the same thread): the same
     findings as S3 screening every tensor itself, and S3 read no trainer scale again."""
-    import fp8check.invariants.sync as isync
+    import fp8check.invariants.screens as iscreens
     from fp8check.harness.sync import capture as capture_mod
     fault = (TRAINER_SCALE_FAULTS.get(name) or FAULTS[name]) if name else None
     base = recommended_config(model, recipe)
@@ -188,9 +188,9 @@ def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model,
         pytest.skip(f"{name} does not apply")
     cfg = fault_config(base, fault)
     screened = []
-    real = isync._segment_flags
-    monkeypatch.setattr(isync, "_segment_flags", lambda tensors, masks: screened.append(len(tensors)) or
-                        real(tensors, masks))
+    real = iscreens.segment_flags
+    monkeypatch.setattr(iscreens, "segment_flags", lambda tensors, masks, mode=None: screened.append(len(tensors)) or
+                        real(tensors, masks, mode))
     results = []
     for ahead in (False, True):
         monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", ahead)
@@ -205,7 +205,7 @@ def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model,
     (_, want, alone), (res, got, beside) = results
     assert got == want
     if res is not None:
-        assert isinstance(res.screens, isync.TrainerScreens)
+        assert isinstance(res.screens, iscreens.TrainerScreens)
         # alone: S3's one concatenation holds every trainer scale; beside: the thread's did, S3's holds the rest
         assert beside[-1] < alone[-1] or alone[-1] == 0, (alone, beside)
         if name in TRAINER_SCALE_FAULTS:                  # what the screens found, S3 reports on the learner's bytes
@@ -215,24 +215,24 @@ def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model,
 
 def test_the_trainer_screens_begin_only_where_s3_runs(monkeypatch):
     """S3 is their one reader: a sync checking other invariants only (a live fault's own ids) begins none."""
-    import fp8check.invariants.sync as isync
+    import fp8check.invariants.screens as iscreens
     from fp8check.harness.sync import capture as capture_mod
     monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
-    assert isinstance(reference_sync(cfg, capture=DigestFirst(), check_ids=["S3"])[0].screens, isync.TrainerScreens)
+    assert isinstance(reference_sync(cfg, capture=DigestFirst(), check_ids=["S3"])[0].screens, iscreens.TrainerScreens)
     assert reference_sync(cfg, capture=DigestFirst(), check_ids=["S1", "S2"])[0].screens is None
 
 
 def test_a_trainer_tensor_written_after_its_screen_is_screened_again():
     """The screens are taken only for the very tensor object at the version they read, under the sync's own config:
     a scale written in place afterwards (a non-positive scale_inv) is screened by S3 itself, and fires."""
-    import fp8check.invariants.sync as isync
+    import fp8check.invariants.screens as iscreens
     from fp8check.invariants import run_catalog
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
     res, _, _ = reference_sync(cfg, probes=False, capture=DigestFirst())
     name = "model.layers.0.mlp.down_proj.weight_scale_inv"
     t = res.trainer.tensors[name] = res.trainer.tensors[name].clone()    # the export is shared: write a copy
-    screens = isync.trainer_screens(res.config, res.trainer.tensors)
+    screens = iscreens.trainer_screens(res.config, res.trainer.tensors)
     assert screens.encodings_of(t)[0] is False                   # finite and positive
     t.view(-1)[0] = -1.0                                          # in place: the version counter moves
 
@@ -244,7 +244,7 @@ def test_a_trainer_tensor_written_after_its_screen_is_screened_again():
     assert s3(screens) and s3(None)
     # a screen that says "clean" for the tensor as it is now is taken under the sync's config (the guard is what
     # decides), and not under another config object
-    lying = isync.TrainerScreens(res.config, {id(t): (t, t._version, [False, False])}, {})
+    lying = iscreens.TrainerScreens(res.config, {id(t): (t, t._version, [False, False])}, {})
     assert not s3(lying)
     lying.config = recommended_config("tiny-dense", "blockwise-fp32")
     assert s3(lying)

@@ -382,24 +382,26 @@ def test_sm90_ptx_vector_loads():
 def test_a_kept_plan_reads_the_bytes_that_lie_there_now(monkeypatch):
     """Plans are kept by address, byte count and word offset (an engine's parameters lie at the same addresses
     sync after sync): a kept plan digests whatever bytes are there when it runs; a strided piece (which `as_bytes`
-    would copy) is never planned for keeps; another address is another plan."""
+    would copy) is never planned for keeps; another address is another plan. `keep_plans=True` keeps them for CPU
+    tensors too (the interpreter), as the GPU does by default."""
     dt, device = _load_kernel()
-    monkeypatch.setattr(dt, "PLANS_OFF_CUDA", True)
     monkeypatch.setattr(dt, "_PLANS", {})
+    keep = dict(keep_plans=True)
     ts = [t.clone() for t in _mixed_batch(18, dt.BLOCK) if t.is_contiguous()]
     on = [_to(t, device) for t in ts]
-    assert dt.lane_sums_batched(on) == [digest.lane_sums(t) for t in ts] and len(dt._PLANS) == 1
+    assert dt.lane_sums_batched(on, **keep) == [digest.lane_sums(t) for t in ts] and len(dt._PLANS) == 1
     big = max(range(len(on)), key=lambda i: on[i].numel())
     on[big].view(torch.uint8)[5] ^= 0x5A                               # new bytes at the same address
     ts[big].view(torch.uint8)[5] ^= 0x5A
-    assert dt.lane_sums_batched(on) == [digest.lane_sums(t) for t in ts] and len(dt._PLANS) == 1
+    assert dt.lane_sums_batched(on, **keep) == [digest.lane_sums(t) for t in ts] and len(dt._PLANS) == 1
     elsewhere = on[big].clone()                                        # other bytes at another address
     elsewhere.view(torch.uint8)[7] ^= 0x01
     ts[big].view(torch.uint8)[7] ^= 0x01
     moved = on[:big] + [elsewhere] + on[big + 1:]
-    assert dt.lane_sums_batched(moved) == [digest.lane_sums(t) for t in ts] and len(dt._PLANS) == 2
+    assert dt.lane_sums_batched(moved, **keep) == [digest.lane_sums(t) for t in ts] and len(dt._PLANS) == 2
     strided = _to(torch.randn(8, 64).t(), device)
-    assert dt.lane_sums_batched([strided]) == [digest.lane_sums(strided)] and len(dt._PLANS) == 2
+    assert dt.lane_sums_batched([strided], **keep) == [digest.lane_sums(strided)] and len(dt._PLANS) == 2
+    assert dt.lane_sums_batched(on[:1], keep_plans=False) == [digest.lane_sums(ts[0])] and len(dt._PLANS) == 2
 
 
 @pytest.mark.parametrize("g", [3, 4])

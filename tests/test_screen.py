@@ -2,7 +2,7 @@
 window and the in-place dequantization: each gives what the one-at-a-time code gave."""
 import torch
 
-from fp8check.harness.bitview import any_of, bits_equal, differs, flag, resolve
+from fp8check.harness.bitview import ScreenMode, any_of, bits_equal, differs, flag, resolve
 from fp8check.harness.formats.blockwise import dequantize_blockwise
 from fp8check.harness.numerics.forward import LayerWindow
 
@@ -22,7 +22,7 @@ def test_deferred_flags_resolve_to_bits_equal():
     pairs = _pairs()
     want = [not bits_equal(x, y) for x, y in pairs]
     assert want == [False, True, True, True, True, False, False, False, False]
-    deferred = [differs(x, y, defer=True) for x, y in pairs]
+    deferred = [differs(x, y, ScreenMode.DEFERRED) for x, y in pairs]
     assert any(isinstance(f, torch.Tensor) for f in deferred)      # the device path really ran
     assert resolve(deferred) == want
     assert resolve([differs(x, y) for x, y in pairs]) == want      # eager on the CPU
@@ -34,7 +34,7 @@ def test_differs_chunks_a_long_tensor(monkeypatch):
     a = torch.arange(1000, dtype=torch.int64)
     b = a.clone()
     b[999] = 0
-    assert resolve([differs(a, b, defer=True), differs(a, a.clone(), defer=True)]) == [True, False]
+    assert resolve([differs(a, b, ScreenMode.DEFERRED), differs(a, a.clone(), ScreenMode.DEFERRED)]) == [True, False]
 
 
 def test_any_of_and_flag():
@@ -42,6 +42,8 @@ def test_any_of_and_flag():
     assert any_of(False, True) is True and any_of(False, False) is False
     assert resolve([any_of(False, f), any_of(f, t), any_of(t)]) == [False, True, True]
     assert flag(torch.tensor(True)) is True          # on the CPU a flag is a bool at once
+    deferred = flag(torch.tensor(True), ScreenMode.DEFERRED)
+    assert isinstance(deferred, torch.Tensor) and resolve([deferred]) == [True]
     assert resolve([]) == []
 
 
@@ -102,30 +104,58 @@ def test_rollout_in_checkpoint_coordinates_holds_no_copy_at_tp1():
 
 
 # faults S2 / S3 / S4 / C1 catch (codes, scales, layout, recipe) and a clean run: their findings through the GPU's
-# deferred flags (forced on the CPU) are the eager path's, message and evidence included
+# deferred flags (`ScreenMode.DEFERRED` on the CPU) are the eager path's, message and evidence included
 DEFERRED_CELLS = [(None, "tiny-dense", "blockwise-fp32"), (None, "tiny-moe", "blockwise-pow2")] + [
     (f, m, r) for f in ("scale_nan_block", "scale_dropped", "megatron_qkv_not_deinterleaved", "e5m2_codes",
                         "zero_sign_canonicalized", "scale_bit_flip", "trainer_epsilon_mismatch", "trainer_pow2_scales",
                         "scale_grid_transposed", "fp32_scales_rounded_pow2", "experts_permuted",
                         "bytes_corrupted_unverified")
     for m, r in (("tiny-dense", "blockwise-fp32"), ("tiny-moe", "blockwise-pow2"))]
+SCREENED = ("S2", "S3", "S4", "C1")          # the checks that take a `screen`
 
 
 def test_deferred_flags_give_the_eager_findings(monkeypatch):
+    """Each screened check run with `screen=ScreenMode.DEFERRED` (every flag a tensor until `resolve`, as on a GPU)
+    gives the findings it gives by default on the CPU (every flag a bool at once); the deferred run really resolved
+    tensor flags and the default one none."""
+    import dataclasses
+    from functools import partial
     from fp8check import faults
     import fp8check.harness.bitview as bv
-    from fp8check.faults.matrix import run_cell
+    from fp8check.harness.config import recommended_config
+    from fp8check.harness.sync.pipeline import NoTarget, fault_config, reference_sync
+    from fp8check.invariants import REGISTRY, run_invariant
+    real_resolve, resolved = bv.resolve, []
+
+    def counting(flags):
+        resolved.extend(not isinstance(f, bool) for f in flags)
+        return real_resolve(flags)
+    monkeypatch.setattr(bv, "resolve", counting)
+
+    def findings(ctx, screen):
+        out = []
+        for i in SCREENED:
+            inv = REGISTRY[i]
+            check = inv.check if screen is None else partial(inv.check, screen=screen)
+            out += run_invariant(dataclasses.replace(inv, check=check), ctx)
+        return [(x.invariant_id, x.verdict, x.tensor, x.message, repr(x.evidence)) for x in out]
     ran = 0
     for fault, model, recipe in DEFERRED_CELLS:
         f = faults.FAULTS[fault] if fault else None
-        eager = run_cell(f, model, recipe)
-        if eager.verdict in ("n/a", "no-target"):
+        base = recommended_config(model, recipe)
+        if f is not None and not f.applies(base):
             continue
-        monkeypatch.setattr(bv, "DEFER_ON_CPU", True)
-        deferred = run_cell(f, model, recipe)
-        monkeypatch.setattr(bv, "DEFER_ON_CPU", False)
-        key = [(x.invariant_id, x.verdict, x.tensor, x.message, repr(x.evidence)) for x in eager.findings]
-        assert [(x.invariant_id, x.verdict, x.tensor, x.message, repr(x.evidence)) for x in deferred.findings] == key
+        try:
+            res, _, _ = reference_sync(fault_config(base, f), fault=f, checks=False)
+        except NoTarget:
+            continue
+        resolved.clear()
+        eager = findings(res.context(), None)
+        assert not any(resolved), (fault, model, recipe)          # by default the CPU's flags are bools at once
+        deferred = findings(res.context(), bv.ScreenMode.DEFERRED)
+        assert any(resolved), (fault, model, recipe)              # the device path really ran
+        assert deferred == eager, (fault, model, recipe)
+        assert f is None or any(v == "fail" for _, v, *_ in eager), (fault, model, recipe)
         ran += 1
     assert ran >= 16
 
@@ -146,27 +176,22 @@ def test_segment_flags_per_tensor_and_the_second_only_where_the_first_is_clear()
     nothing of its neighbours), mixed dtypes are read as values, and 'not a power of two' is judged only where every
     scale is finite and positive."""
     import torch
-    from fp8check.harness.bitview import resolve
+    from fp8check.harness.bitview import ScreenMode, resolve
     from fp8check.harness.formats import is_pow2
-    from fp8check.invariants.sync import _segment_flags
+    from fp8check.invariants.screens import segment_flags
     ts = [torch.tensor([0.5, 2.0]), torch.tensor([0.5, float("nan"), 3.0]), torch.tensor([3.0]),
           torch.tensor([1.0, 1.5]).bfloat16(), torch.zeros(0), torch.tensor([[0.25, -1.0]])]
 
     def masks(flat):
         v = flat.float()
         return [~(torch.isfinite(v) & (v > 0)), ~is_pow2(v)]
-    for defer in (False, True):
-        import fp8check.harness.bitview as bv
-        old, bv.DEFER_ON_CPU = bv.DEFER_ON_CPU, defer
-        try:
-            bad, not_pow2 = (resolve(f) for f in _segment_flags(ts, masks))
-        finally:
-            bv.DEFER_ON_CPU = old
+    for mode in ScreenMode:
+        bad, not_pow2 = (resolve(f) for f in segment_flags(ts, masks, mode))
         assert bad == [False, True, False, False, False, True]
         assert not_pow2 == [False, False, True, True, False, False]
 
 
-def test_vector_element_flags_resolve_with_the_others(monkeypatch):
+def test_vector_element_flags_resolve_with_the_others():
     """`FlagOf` (a screen's per-tensor flag: element i of one vector) resolves beside bools and 0-d tensors, one
     host copy per vector; `flag` keeps it deferred where flags are deferred; `any_of` takes it."""
     import torch
@@ -175,8 +200,7 @@ def test_vector_element_flags_resolve_with_the_others(monkeypatch):
     flags = [False, bv.FlagOf(a, 2), torch.tensor(False), bv.FlagOf(b, 0), True, bv.FlagOf(a, 1), bv.FlagOf(b, 1)]
     assert bv.resolve(flags) == [False, True, False, False, True, False, True]
     assert bv.flag(bv.FlagOf(a, 0)) is True and bv.flag(bv.FlagOf(b, 0)) is False
-    monkeypatch.setattr(bv, "DEFER_ON_CPU", True)
-    deferred = bv.flag(bv.FlagOf(a, 1))
+    deferred = bv.flag(bv.FlagOf(a, 1), bv.ScreenMode.DEFERRED)
     assert isinstance(deferred, bv.FlagOf) and bv.resolve([deferred]) == [False]
     assert bv.resolve([bv.any_of(bv.FlagOf(a, 1), torch.tensor(False))]) == [False]
     assert bv.resolve([bv.any_of(bv.FlagOf(a, 1), bv.FlagOf(b, 1))]) == [True]

@@ -1,8 +1,10 @@
-"""Bit comparisons over the widest integer view a tensor's bytes allow: `torch.equal` on uint8 views is 7-12x
-slower than on int64 views, and at real shapes (a 151936 x 4096 BF16 embedding, 1.2 GB) the checks compare
-gigabytes per sync. Element-wise differences are found chunk by chunk, so evidence for one differing element
-never allocates an index per element of the tensor."""
+"""Bit comparisons over the widest integer view a tensor's bytes allow: a wide word compares several bytes per
+element, and at real shapes (a vocabulary embedding is over a gigabyte) the checks compare gigabytes per sync.
+Element-wise differences are found chunk by chunk, so evidence for one differing element never allocates an index
+per element of the tensor."""
 from __future__ import annotations
+
+from enum import Enum
 
 import torch
 
@@ -10,7 +12,21 @@ from .formats.bytes import as_bytes
 
 _INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 CHUNK = 1 << 24           # elements compared at a time when locating differences
-DEFER_ON_CPU = False      # tests: CPU tensors take the GPU's deferred-flag path (differs, flag)
+
+
+class ScreenMode(Enum):
+    """Where a screen's flags (`differs`, `flag`, and the screens built on them) are made host bools. Either mode
+    gives the same bools after `resolve`; they differ only in when the host reads them.
+
+    BY_DEVICE (what every production caller uses): a bool at once on the CPU, where a host read costs nothing; a
+    deferred flag (0-d tensor or `FlagOf`) on any other device, for `resolve`'s one copy.
+    DEFERRED: the deferred flag on every device, CPU included: the code a GPU runs, exercised on CPU tensors."""
+    BY_DEVICE = "by-device"
+    DEFERRED = "deferred"
+
+    def defers(self, device) -> bool:
+        """Whether a flag computed on `device` stays a tensor until `resolve`."""
+        return self is ScreenMode.DEFERRED or device.type != "cpu"
 
 
 def words(t: torch.Tensor) -> torch.Tensor:
@@ -54,18 +70,16 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bytes_equal(a, b)
 
 
-def differs(a: torch.Tensor, b: torch.Tensor, defer: bool | None = None):
-    """`not bits_equal(a, b)` as a flag that need not cross to the host yet: a Python bool, or for two tensors on
-    one GPU a 0-d bool tensor there (compared chunk by chunk: a bounded temporary). `resolve` turns a list of flags
-    into bools with one copy per device: at real shapes a check comparing 150 tensors one `torch.equal` at a time
-    waits on the GPU 150 times. `defer`: force the tensor flag (True) or the bool (False); default: off the CPU."""
+def differs(a: torch.Tensor, b: torch.Tensor, mode: ScreenMode = ScreenMode.BY_DEVICE):
+    """`not bits_equal(a, b)` as a flag that need not cross to the host yet: a Python bool, or, for two tensors on
+    one device that `mode` defers on, a 0-d bool tensor there (compared chunk by chunk: a bounded temporary).
+    `resolve` turns a list of flags into bools with one copy per device, so a check comparing many tensors waits
+    on the device once, not once per `torch.equal`. Tensors on two devices, or on meta, give a bool."""
     if a is b:
         return False
     if a.shape != b.shape or a.dtype != b.dtype:
         return True
-    if defer is None:
-        defer = a.device.type != "cpu" or DEFER_ON_CPU
-    if a.device != b.device or a.device.type == "meta" or not defer:
+    if a.device != b.device or a.device.type == "meta" or not mode.defers(a.device):
         return not bytes_equal(a, b)
     wa, wb = _word_pair(a, b)
     if not wa.numel() or _one_view(wa, wb):
@@ -76,8 +90,9 @@ def differs(a: torch.Tensor, b: torch.Tensor, defer: bool | None = None):
 
 class FlagOf:
     """Element `index` of a bool vector on a device, as a flag: what a screen over many tensors at once gives each
-    tensor (S3's encodings, TE's zero-block rule). One Python object, not a 0-d tensor each (a view costs ~3 us of
-    host time: 3000 of them at Qwen3-30B-A3B's 1536 expert weights); `resolve` copies each vector to the host once."""
+    tensor (S3's encodings, TE's zero-block rule). One Python object, not a 0-d tensor each (a tensor view is host
+    work per flag, and an MoE model has thousands of expert weights); `resolve` copies each vector to the host
+    once."""
     __slots__ = ("vector", "index")
 
     def __init__(self, vector: torch.Tensor, index: int):
@@ -92,10 +107,10 @@ class FlagOf:
         return self.vector[self.index].reshape(*shape)
 
 
-def flag(mask_any):
-    """A condition computed on a tensor's device (a 0-d bool tensor, or a `FlagOf`) as a flag: a bool at once on the
-    CPU (where a host read costs nothing), left on the GPU for `resolve` otherwise."""
-    if mask_any.device.type == "cpu" and not DEFER_ON_CPU:
+def flag(mask_any, mode: ScreenMode = ScreenMode.BY_DEVICE):
+    """A condition computed on a tensor's device (a 0-d bool tensor, or a `FlagOf`) as a flag: a bool at once where
+    `mode` does not defer on that device, left there for `resolve` otherwise."""
+    if not mode.defers(mask_any.device):
         return bool(mask_any.reshape(()))
     return mask_any
 
@@ -140,7 +155,8 @@ def elements(t: torch.Tensor) -> torch.Tensor:
 
 
 def _any(mask: torch.Tensor) -> bool:
-    """`mask.any()` of a bool mask: its bytes' max where it is contiguous (the CPU's bool any is ~25x slower)."""
+    """`mask.any()` of a bool mask: its bytes' max where it is contiguous (the CPU's bool `any` is far slower than a
+    uint8 max)."""
     if mask.dtype == torch.bool and mask.numel() and mask.is_contiguous():
         return bool(mask.view(torch.uint8).amax())
     return bool(mask.any())
@@ -148,7 +164,8 @@ def _any(mask: torch.Tensor) -> bool:
 
 def _first_true(mask: torch.Tensor, row: int = 4096) -> int:
     """Flat index of the first True of a bool mask holding one: the first row of `row` elements that holds one,
-    then its first (argmax returns the first maximum; over the whole mask, the CPU's uint8 argmax is ~10x slower)."""
+    then its first (argmax returns the first maximum; a row max first spares the CPU's slow uint8 argmax over the
+    whole mask)."""
     u = mask.view(torch.uint8)
     if not mask.is_contiguous():
         return int(u.argmax())

@@ -19,9 +19,10 @@ Why fmix32(w_i) and not w_i: with w_i itself, bit 31 of a word reaches only bit 
 lanes unchanged. fmix32 is a bijection, so a changed word still always changes every lane (m is odd), and its
 avalanche turns structured differences into pseudo-random ones. fmix32(0) = 0 keeps the zero padding neutral.
 
-Why the multiplier factors through blocks: when every m_ij was a hash of i, the GPU kernel spent ~60 integer
-operations a word and ran at ~1.1 TB/s (H200, ALU-bound); with P read from a 64 KiB table that stays in the
-cache and Q applied once to a block's sum it is ~16. Position still matters at both scales: two words swapped
+Why the multiplier factors through blocks: a multiplier hashed from each word's position i costs the GPU kernel
+a hash per word, which makes it ALU-bound; with P read from a 64 KiB table that stays in the cache and Q applied
+once to a block's sum, the per-word arithmetic is a few operations and the kernel is bound by memory, as a digest
+that reads every byte should be. Position still matters at both scales: two words swapped
 inside a block change a lane unless (f_a - f_b)(P_j[t] - P_j[t']) = 0 mod 2^32, two blocks swapped unless
 (Q_j[k] - Q_j[k'])(block sums' difference) = 0.
 

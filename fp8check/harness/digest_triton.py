@@ -1,15 +1,15 @@
 """The state digest of `harness.digest` as a Triton kernel (CUDA tensors; CPU tensors under TRITON_INTERPRET=1).
 
-A pointer table, so that a whole engine's parameters (147 to 3127 tensors) cost a few launches, not one to three
-Python launches per tensor; and pieces at word offsets, so that a fused parameter's digest is computed from the
+A pointer table, so that a whole engine's parameters (hundreds to thousands of tensors) cost a few launches, not
+one to three Python launches per tensor; and pieces at word offsets, so that a fused parameter's digest is computed from the
 checkpoint tensors it is made of without building it (`harness.digest.assembled_digests`).
 
 Work is cut by the definition's blocks of BLOCK words: a program computes BLOCKS_PER_PROGRAM consecutive blocks'
 sums for one piece (the words of each block that the piece covers; the rest, and blocks past the piece's end, are
 masked to zero, which fmix32 keeps neutral), multiplies each by its block's Q_j and writes one uint32 per lane. The partial sums are added per output tensor on the device
 (index_add_ into int64: exact, then mod 2^32) and copied to the host once. P_j comes from a 64 KiB table that
-stays in the cache; its loads cost L1 bandwidth, not arithmetic (hashing every word's position took ~60 integer
-operations a word and ran at ~1.1 TB/s on the H200).
+stays in the cache; its loads cost L1 bandwidth, not arithmetic (hashing every word's position instead would make
+the kernel ALU-bound rather than memory-bound: `harness.digest`, why the multiplier factors through blocks).
 
 One int64 row per piece -- source, units, first program, first word, output, programs, first block -- goes to
 the device in one copy. Three kinds of piece, one launch each (per sentinel element size): VEC, whole groups of
@@ -38,8 +38,9 @@ except ImportError as _e:
     _IMPORT_ERROR = _e
 
 BLOCK = BLOCK_WORDS            # words per block of the definition
-# blocks a program sums (a kept plan is for one value: see _plan_key). H200, 1 GiB, plans kept (call 35,
-# `bench/gpu_bench.py --digest`): 1 block 1905 GB/s (0.92 of the copy rate), 2: 1265, 4: 1498-1730, 8: 1067
+# blocks a program sums (a kept plan is for one value: see _plan_key); any count gives the same sums, one is the
+# default because it was the fastest (`bench/gpu_bench.py --digest` measures it; its figures live in
+# benchmarks/results, not here)
 BLOCKS_PER_PROGRAM = 1
 ROW = 7                        # source, units, first program, first word, output, programs, first block
 VEC, WORD, BYTES = 0, 1, 2
@@ -121,8 +122,8 @@ if triton is not None:
                       KIND: tl.constexpr, SENT: tl.constexpr, G: tl.constexpr):
         """Blocks k0 .. k0 + G - 1 of program pid0 + program_id's piece, summed: lane sums of the piece's words in
         each block times that block's Q_j[k] (and with SENT, the count of all-0xFF elements of SENT bytes). G > 1
-        pays the table lookups once for G blocks and shares the multiplier table's loads (sm90 PTX loads it once),
-        but measured slower on the H200 than one block a program (BLOCKS_PER_PROGRAM)."""
+        pays the table lookups once for G blocks and shares the multiplier table's loads (sm90 PTX loads it once);
+        any G gives the same sums (BLOCKS_PER_PROGRAM picks it)."""
         pid = pid0 + tl.program_id(0).to(tl.int64)
         row = table_ptr + tl.load(piece_ptr + pid) * ROW
         src = tl.load(row)
@@ -204,18 +205,18 @@ def plan(groups: list, sentinel_sizes: list | None = None, base_addr: int = 0):
 # Plans kept by what they are a function of: every piece's address, byte count and first word, the sentinel sizes
 # and the block table's address. An engine's parameters (and, mostly, a trainer's export) lie at the same addresses
 # sync after sync, and planning them -- a byte view and the piece split per tensor, the table's copy to the device,
-# the program index -- cost ~25 us a tensor of host time, 3-4 ms a digest pass over Qwen3-8B x 12's 147
-# parameters on the H200. A plan holds addresses only: whatever tensor lies there when it runs is what is read.
+# the program index -- is host work per tensor that a kept plan does once. A plan holds addresses only: whatever
+# tensor lies there when it runs is what is read.
 PLANS_KEPT = 8
-PLANS_OFF_CUDA = False          # tests: plans kept under the interpreter too (CPU tensors)
 _PLANS: dict = {}
 _PLANS_LOCK = threading.Lock()
 
 
-def _plan_key(groups: list, sentinel_sizes: list | None, p: torch.Tensor):
-    """The plan's key, or None where a piece is not one stride-1 run of its own bytes (`as_bytes` would copy it:
-    a plan would point at the copy)."""
-    if p.device.type != "cuda" and not PLANS_OFF_CUDA:
+def _plan_key(groups: list, sentinel_sizes: list | None, p: torch.Tensor, keep_plans: bool | None = None):
+    """The plan's key, or None where the plan is not kept: `keep_plans` False, or None (production) off CUDA, or a
+    piece that is not one stride-1 run of its own bytes (`as_bytes` would copy it: a plan would point at the
+    copy)."""
+    if not (p.device.type == "cuda" if keep_plans is None else keep_plans):
         return None
     key = [p.data_ptr(), BLOCKS_PER_PROGRAM, None if sentinel_sizes is None else tuple(sentinel_sizes)]
     for group in groups:
@@ -227,14 +228,16 @@ def _plan_key(groups: list, sentinel_sizes: list | None, p: torch.Tensor):
     return tuple(key)
 
 
-def lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
+def lane_sums_pieces(groups: list, sentinel_sizes: list | None = None, keep_plans: bool | None = None):
     """(sums, sentinels): [(S_0, S_1, S_2, S_3)] per output (all pieces on one device), and per output whether
     some element is all 0xFF bytes (None without `sentinel_sizes`). One copy to the device (the table), a launch
-    per kind of piece, one copy to the host for the whole batch."""
-    return start_lane_sums_pieces(groups, sentinel_sizes)()
+    per kind of piece, one copy to the host for the whole batch. `keep_plans`: keep this batch's plan for the
+    next batch at the same addresses -- None (production): on CUDA only; True: on any device (the interpreter's
+    CPU tensors take the GPU's path); False: never. The sums are the same either way."""
+    return start_lane_sums_pieces(groups, sentinel_sizes, keep_plans)()
 
 
-def start_lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
+def start_lane_sums_pieces(groups: list, sentinel_sizes: list | None = None, keep_plans: bool | None = None):
     """`lane_sums_pieces` with the kernels enqueued now and the host copy when the returned function is called:
     the caller's host work in between overlaps the device's (the vLLM worker reads its record meanwhile)."""
     if triton is None:
@@ -244,7 +247,7 @@ def start_lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
     device = next((t.device for g in groups for t, _ in g), torch.device("cpu"))
     p = block_table(device)
     zero = [(0, 0, 0, 0)] * len(groups), None if sentinel_sizes is None else [False] * len(groups)
-    key = _plan_key(groups, sentinel_sizes, p)
+    key = _plan_key(groups, sentinel_sizes, p, keep_plans)
     with _PLANS_LOCK:                  # the capture's expected side runs in a thread beside the wire's digests
         hit = _PLANS.get(key) if key is not None else None
     sources = None
@@ -281,7 +284,7 @@ def start_lane_sums_pieces(groups: list, sentinel_sizes: list | None = None):
     return finish
 
 
-def lane_sums_batched(tensors: list, base_word: int = 0) -> list:
+def lane_sums_batched(tensors: list, base_word: int = 0, keep_plans: bool | None = None) -> list:
     """[(S_0, S_1, S_2, S_3)] for each tensor (all on one device); `base_word` offsets the word indices (tests
-    reach indices >= 2^32 with it)."""
-    return lane_sums_pieces([[(t, base_word)] for t in tensors])[0]
+    reach indices >= 2^32 with it); `keep_plans` as in `lane_sums_pieces`."""
+    return lane_sums_pieces([[(t, base_word)] for t in tensors], keep_plans=keep_plans)[0]

@@ -4,12 +4,16 @@ the trainer's bytes are the declared recipe applied to its masters."""
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 from fp8check.harness.jobconfig.versions import skyrl_raises, skyrl_source
 from fp8check.harness.layouts import scale_name
 
 from .base import CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff, screened
+
+if TYPE_CHECKING:     # torch is imported in the check that computes: pre-flight imports this without it
+    from fp8check.harness.bitview import ScreenMode
 
 
 def _skyrl_says(ctx: CheckContext, condition: str) -> str:
@@ -35,13 +39,17 @@ def _arch_major(arch: str) -> int | None:
                "declared recipe applied to the weights, the config describes another trainer. Fix the scale-format / "
                "epsilon settings the trainer runs with.",
            periodic=True)       # quantizes every master weight again: a pass over twice the payload's bytes
-def c1_recipe(ctx: CheckContext):
+def c1_recipe(ctx: CheckContext, screen: ScreenMode | None = None, fused: bool | None = None):
+    """`screen`: how the comparisons' flags reach the host (harness.bitview.ScreenMode; None: production's
+    BY_DEVICE). `fused`: which masters take the fused requantize-and-compare kernel (`_fused_flags`; None:
+    production's, those on a GPU). The findings are the same under every choice of either."""
     import torch
     cfg, out, n = ctx.config, [], 0
     if cfg.delayed_scaling is not None:
         return [unknown("C1", "trainer.precision=fp8-delayed: a delayed-scaling scale comes from the learner's amax "
                               "history, not from the master it quantizes; nothing to recompute")]
-    from fp8check.harness.bitview import any_of, differs
+    from fp8check.harness.bitview import ScreenMode, any_of, differs
+    screen = screen or ScreenMode.BY_DEVICE
 
     joint = _split_blocks(cfg)
 
@@ -63,7 +71,7 @@ def c1_recipe(ctx: CheckContext):
     # every tensor's flag first (on a GPU: one host round trip for all, and no re-quantized copy kept: a flagged
     # tensor is quantized again for its evidence), then the evidence where one is set; a flag known at once (the
     # CPU) keeps its tensors, and the walk stops when the finding cap is certain
-    fused = _fused_flags(ctx)             # on a GPU: every tensor's flag from one pass over the masters
+    by_kernel = _fused_flags(ctx, fused)  # on a GPU: every tensor's flag from one pass over the masters
     # every FP8 weight C1 cannot check is named (UNKNOWN), never skipped: one missing from either snapshot, or
     # whose scale_inv the trainer lacks (its codes are still checked)
     absent = [(n, [s for s, snap in (("master", ctx.master), ("trainer", ctx.trainer)) if n not in snap])
@@ -90,13 +98,14 @@ def c1_recipe(ctx: CheckContext):
             continue
         if name in joint and any(m not in ctx.master for m, _ in joint[name][1]):
             continue
-        if name in fused and name not in joint:
-            steps.append((fused[name], partial(mismatch, name=name, kept=None)))
+        if name in by_kernel and name not in joint:
+            steps.append((by_kernel[name], partial(mismatch, name=name, kept=None)))
             n += 1
             continue
         q, s = requantized(name)
         got_s = ctx.trainer.get(scale_name(name))
-        hit = any_of(differs(q, ctx.trainer[name]), differs(s, got_s) if got_s is not None else False)
+        hit = any_of(differs(q, ctx.trainer[name], screen),
+                     differs(s, got_s, screen) if got_s is not None else False)
         steps.append((hit, partial(mismatch, name=name, kept=(q, s) if hit is True else None)))
         known += hit is True                # one finding each
         n += 1
@@ -146,17 +155,19 @@ def _joint_requantized(ctx: CheckContext, entry):
     raise KeyError(name)
 
 
-def _fused_flags(ctx: CheckContext) -> dict:
+def _fused_flags(ctx: CheckContext, fused: bool | None = None) -> dict:
     """FP8 weight -> C1's flag from the fused requantize-and-compare kernel (harness.formats.triton_requantize: each
     master read once, quantized in registers by the quantizer's own rounding, compared with the trainer's codes and
-    scale_inv, nothing written but a flag), for the masters on a GPU with Triton at hand; {} elsewhere (the
-    quantize-then-compare path, whose bytes the kernel equals)."""
+    scale_inv, nothing written but a flag), with Triton at hand; {} elsewhere (the quantize-then-compare path,
+    whose bytes the kernel equals). `fused`: None (production) takes the masters on a GPU; True every master, a
+    CPU one through Triton's interpreter (the kernel's code on the CPU suite); False none."""
     import torch
     cfg = ctx.config
     if cfg.recipe.granularity != "block":
         return {}
     names = [n for n in sorted(cfg.trainer_fp8_tensors) if n in ctx.master and n in ctx.trainer
-             and (ctx.master[n].is_cuda or FUSED_ON_CPU) and tuple(ctx.master[n].shape) == tuple(cfg.layout.hf_shapes[n])]
+             and (ctx.master[n].is_cuda if fused is None else fused)
+             and tuple(ctx.master[n].shape) == tuple(cfg.layout.hf_shapes[n])]
     if not names:
         return {}
     try:
@@ -189,7 +200,6 @@ def _fused_flags(ctx: CheckContext) -> dict:
 
 
 CAST_BATCH_BYTES = 256 << 20
-FUSED_ON_CPU = False        # tests: CPU masters take the fused kernel (Triton's interpreter) instead of the torch path
 
 
 @invariant("C2", "contract", "FP32 scales survive the engine",

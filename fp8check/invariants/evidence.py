@@ -39,7 +39,8 @@ def screened(steps: list, out: list, limit: int | None = None) -> None:
 
 
 def unravel(flat: int, shape) -> list[int]:
-    """Row-major index of a flat position (plain ints: torch.unravel_index costs ~2 ms a call)."""
+    """Row-major index of a flat position, as plain ints (no tensor round trip: torch.unravel_index is far dearer
+    for one index)."""
     idx = []
     for s in reversed(tuple(shape)):
         flat, i = divmod(flat, s)

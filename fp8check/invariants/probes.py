@@ -181,8 +181,9 @@ def _forward(ctx: CheckContext, values: dict, kind: str, prompts, fp8=None, kv=N
 
 def _engine_kv(ctx: CheckContext):
     """The engine's KV cache as declared (`harness.numerics.kv_cache`): its forward reads K and V back from an FP8
-    one (on the H200 a perfect engine's FP8 KV cache alone put P1's kl over a floor that left it out). None for a
-    high-precision cache; a reason string where a calibrated scale is missing."""
+    one (the cache's rounding alone moves a perfect engine's log-probs: a floor without it would fail a perfect
+    engine whose cache is FP8). None for a high-precision cache; a reason string where a calibrated scale is
+    missing."""
     from fp8check.harness.numerics.kv_cache import declared_kv_cache
     return declared_kv_cache(ctx.config, ctx.trainer)
 

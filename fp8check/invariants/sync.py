@@ -3,6 +3,8 @@
 Every check is a pure function of (config, payload, trainer snapshot, rollout snapshot [+ master]) and the typed
 records beside them (harness.record); the rollout is compared in checkpoint coordinates after undoing the layout
 the config declares and applying the post-load transform the engine declares. No engine code is imported.
+S3's screens (computed over every scale and FP8 weight at once, and begun by the pipeline beside the install) are
+`invariants.screens`; S2, S3, S4 take the `ScreenMode` their flags reach the host by (harness.bitview).
 """
 from __future__ import annotations
 
@@ -13,10 +15,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:     # torch and the numerics are imported in the checks that compute: pre-flight imports this without them
     import torch
 
+    from fp8check.harness.bitview import ScreenMode
+
 from fp8check.harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
 from fp8check.harness.memo import IdentityMemo
 from .base import FAIL, CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff, engine_position, screened, unravel, value_diff
+from .screens import ScaleEncodings, TrainerScreens, zero_block_screen
+from .screens import trainer_screens  # noqa: F401 - pipeline imports it here until the merge
 
 MAX_FINDINGS = 20     # per invariant; the rest are counted in a summary finding
 
@@ -189,8 +195,11 @@ def _requantized(cfg, trainer_tensor) -> str:
            "the E4M3 codes the sampler's kernels read equal the learner's FP8 forward weights byte for byte "
            "(after undoing the engine's declared layout)", needs=("trainer", "rollout"),
            source="fp8check's own")
-def s2_codes(ctx: CheckContext):
-    from fp8check.harness.bitview import differs
+def s2_codes(ctx: CheckContext, screen: ScreenMode | None = None):
+    """`screen`: how the comparisons' flags reach the host (harness.bitview.ScreenMode; None: production's
+    BY_DEVICE); the findings are the same under either."""
+    from fp8check.harness.bitview import ScreenMode, differs
+    screen = screen or ScreenMode.BY_DEVICE
     out, n_checked, steps = [], 0, []
     rhf = ctx.rollout_hf
     for n in _fp8_names(ctx):
@@ -202,7 +211,7 @@ def s2_codes(ctx: CheckContext):
             def wire_diff(out, n=n, t=t, w=ctx.payload[n]):
                 ev = bit_diff(t, w, _evidence(out))
                 return fail("S2", n, "codes on the wire differ from the trainer's", stage="wire", **ev) if ev else None
-            steps.append((differs(t, ctx.payload[n]), wire_diff))
+            steps.append((differs(t, ctx.payload[n], screen), wire_diff))
         r = rhf.get(n)
         if r is None:
             steps.append(fail("S2", n, "the engine holds no codes for this weight: " +
@@ -224,7 +233,7 @@ def s2_codes(ctx: CheckContext):
                 else "the trainer's"
             return fail("S2", n, f"codes the sampler reads differ from {what}{_requantized(ctx.config, t)}",
                         stage="engine", **_where(ctx, n, ev))
-        steps.append((differs(exp, r), engine_diff))
+        steps.append((differs(exp, r, screen), engine_diff))
     screened(steps, out)
     if not out:
         if not n_checked:
@@ -234,170 +243,6 @@ def s2_codes(ctx: CheckContext):
 
 
 # -- S3 -----------------------------------------------------------------------------------------------------------
-class _ScaleEncodings:
-    """S3's encoding screens (non-positive or non-finite, not a power of two, the E8M0 NaN byte) over every trainer
-    and wire scale of a sync at once: the scale grids (small: 1/16384 of the codes) read as one concatenation per
-    device and the element masks reduced per tensor, a few launches in all instead of five per tensor. Flags as
-    `harness.bitview.flag` gives them (bools on the CPU, 0-d tensors on a GPU for the screen's one host copy). A
-    trainer scale `ahead` (TrainerScreens) screened already is not read again."""
-
-    def __init__(self, ctx: CheckContext, recipe, ahead: "TrainerScreens | None" = None):
-        from fp8check.harness.formats import E8M0
-        self.e8m0 = recipe.scale_format == "e8m0"
-        wire = ctx.payload if ctx.payload is not None and ctx.config.fp8_on_wire else None
-        verified = ctx.wire_verified if wire is not None else frozenset()
-        tensors, self._alias, self._ahead = [], {}, {}
-        for n in _fp8_names(ctx):
-            sn = scale_name(n)
-            t = ctx.trainer.get(sn)
-            t = t if t is not None and (not self.e8m0 or t.dtype == E8M0) else None
-            done = ahead.encodings_of(t) if ahead is not None and t is not None else None
-            if done is not None:
-                self._ahead[id(t)] = done
-            elif t is not None:
-                tensors.append(t)
-            w = wire.get(sn) if wire is not None else None
-            if w is not None and (not self.e8m0 or w.dtype == E8M0):
-                if t is not None and sn in verified:     # the trainer's bytes (the sync's digests say): its flags
-                    self._alias[id(w)] = id(t)
-                else:
-                    tensors.append(w)
-        self._flags = _segment_flags(tensors, self._masks)
-        self._index = {id(t): i for i, t in enumerate(tensors)}
-
-    def _masks(self, flat):
-        import torch
-        from fp8check.harness.formats import is_pow2
-        if self.e8m0:
-            return [flat.view(torch.uint8) == 0xFF]
-        v = flat.float()
-        return [~(torch.isfinite(v) & (v > 0)), ~is_pow2(v)]
-
-    @property
-    def masks(self) -> int:
-        return len(self._flags)
-
-    def read(self, s) -> list | None:
-        """The flags (one per mask) of a scale this screen read itself; None for one it did not read (absent, taken
-        from `ahead`, or a wire scale aliased to the trainer's)."""
-        i = self._index.get(id(s))
-        return None if i is None else [f[i] for f in self._flags]
-
-    def _get(self, s, k):
-        key = self._alias.get(id(s), id(s))
-        done = self._ahead.get(key)
-        return done[k] if done is not None else self._flags[k][self._index[key]]
-
-    def e8m0_nan(self, s):
-        return self._get(s, 0)
-
-    def non_positive(self, s):
-        return self._get(s, 0)
-
-    def not_pow2(self, s):
-        """Judged only where every scale of the tensor is finite and positive (else `non_positive` says why)."""
-        return self._get(s, 1)
-
-
-def _zero_block_flags(ctx: CheckContext, recipe, ahead: "TrainerScreens | None" = None) -> dict:
-    """FP8 weight -> whether some all-zero block of the trainer's codes has a scale_inv other than 1 (TE's rule),
-    for every weight the rule applies to, screened at once (`harness.formats.zero_blocks`: one launch on a GPU);
-    a weight `ahead` screened already is not read again."""
-    from fp8check.harness.bitview import FlagOf, flag
-    from fp8check.harness.formats.zero_blocks import zero_block_flags
-    if recipe.granularity != "block" or recipe.amax_epsilon != 0 or ctx.config.rollout.quantization != "checkpoint":
-        return {}
-    names, out = [], {}
-    for n in _fp8_names(ctx):
-        codes, t = ctx.trainer.get(n), ctx.trainer.get(scale_name(n))
-        if codes is not None and t is not None and codes.dim() == 2 and codes.element_size() == 1 \
-                and tuple(t.shape) == recipe.scale_grid(codes.shape):
-            done = ahead.zero_block_of(n, codes, t) if ahead is not None else None
-            if done is not None:
-                out[n] = done
-            else:
-                names.append(n)
-    flags = zero_block_flags([(ctx.trainer[n], ctx.trainer[scale_name(n)]) for n in names], recipe.block_shape,
-                             flag_of=FlagOf) if names else []
-    out.update({n: flag(f) for n, f in zip(names, flags)})
-    return out
-
-
-class TrainerScreens:
-    """S3's screens of the trainer's own tensors -- its scales' encodings, TE's zero-block rule -- as host bools
-    (`trainer_screens`): a pure function of those tensors, which the pipeline computes ahead, during the install,
-    where they are on a GPU (`CheckContext.screens`). S3 takes a result only for the very tensor object it was
-    computed from, at the same version counter and under the same config; any other tensor it screens itself."""
-
-    def __init__(self, config, encodings: dict, zero_blocks: dict):
-        self.config = config
-        self._encodings = encodings        # id(scale) -> (scale, version, [bool per mask])
-        self._zero_blocks = zero_blocks    # weight name -> (codes, scale, versions, bool)
-
-    def encodings_of(self, t) -> list | None:
-        hit = self._encodings.get(id(t))
-        return hit[2] if hit is not None and hit[0] is t and hit[1] == t._version else None
-
-    def zero_block_of(self, name: str, codes, scale) -> bool | None:
-        hit = self._zero_blocks.get(name)
-        if hit is None or hit[0] is not codes or hit[1] is not scale or hit[2] != (codes._version, scale._version):
-            return None
-        return hit[3]
-
-
-def trainer_screens(config, trainer_hf) -> TrainerScreens:
-    """`TrainerScreens` of these trainer tensors (the FP8 weights' codes and scales), every flag on the host: one
-    copy per screen's vector."""
-    from fp8check.harness.bitview import resolve
-    from fp8check.harness.snapshot import Snapshot
-    ctx = CheckContext(config, trainer=Snapshot("trainer", dict(trainer_hf)))
-    recipe = config.recipe
-    enc = _ScaleEncodings(ctx, recipe)
-    zb = _zero_block_flags(ctx, recipe)
-    read = [(t, enc.read(t)) for t in (ctx.trainer.get(scale_name(n)) for n in _fp8_names(ctx)) if t is not None]
-    read = [(t, f) for t, f in read if f is not None]
-    scales, masks = [t for t, _ in read], enc.masks
-    flags = resolve([f for _, fs in read for f in fs] + list(zb.values()))
-    encodings = {id(t): (t, t._version, flags[i * masks:(i + 1) * masks]) for i, t in enumerate(scales)}
-    rest = flags[len(scales) * masks:]
-    zero_blocks = {n: (ctx.trainer[n], ctx.trainer[scale_name(n)],
-                       (ctx.trainer[n]._version, ctx.trainer[scale_name(n)]._version), f)
-                   for n, f in zip(zb, rest)}
-    return TrainerScreens(config, encodings, zero_blocks)
-
-
-def _segment_flags(tensors: list, masks) -> list[list]:
-    """For each element mask `masks(flat)` gives (a list of them over one concatenation of `tensors`), whether any
-    element of each tensor is set: [[flag per tensor] per mask]; the second mask only where the first is clear
-    (the flags of a tensor: `any(m0)`, `any(m1) and not any(m0)`, ...). One concatenation, one reduction per
-    mask, per device."""
-    import torch
-    from fp8check.harness.bitview import DEFER_ON_CPU, FlagOf
-    out: list | None = None
-    by_device: dict = {}
-    for i, t in enumerate(tensors):
-        by_device.setdefault(t.device, []).append(i)
-    for dev, ix in by_device.items():
-        parts = [tensors[i].reshape(-1) for i in ix]
-        dtypes = {p.dtype for p in parts}
-        flat = torch.cat(parts) if len(dtypes) == 1 else torch.cat([p.float() for p in parts])
-        sizes = torch.tensor([p.numel() for p in parts], device=dev)
-        seg = torch.repeat_interleave(torch.arange(len(ix), device=dev), sizes, output_size=flat.numel())
-        hits, seen = [], None
-        for m in masks(flat):
-            h = torch.zeros(len(ix), dtype=torch.int32, device=dev).index_add_(0, seg, m.to(torch.int32)) > 0
-            hits.append(h if seen is None else h & ~seen)
-            seen = h if seen is None else seen | h
-        rows = [h.tolist() if dev.type == "cpu" and not DEFER_ON_CPU else [FlagOf(h, k) for k in range(len(ix))]
-                for h in hits]
-        if out is None:
-            out = [[False] * len(tensors) for _ in rows]
-        for k, row in enumerate(rows):
-            for i, v in zip(ix, row):
-                out[k][i] = v
-    return out if out is not None else []          # no tensor: nothing to look up
-
-
 def _scale_values(t: torch.Tensor) -> torch.Tensor:
     from fp8check.harness.formats import E8M0
     if t.dtype == E8M0:
@@ -431,17 +276,20 @@ def diagnose_scale(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
            "(power-of-two mode has integral log2, E8M0 bias and zero-block byte right, no FP32 -> UE8M0 "
            "requantization on the way)", needs=("trainer", "rollout"),
            source="fp8check's own")
-def s3_scales(ctx: CheckContext):
+def s3_scales(ctx: CheckContext, screen: ScreenMode | None = None):
+    """`screen`: how the screens' and comparisons' flags reach the host (harness.bitview.ScreenMode; None:
+    production's BY_DEVICE); the findings are the same under either."""
     import torch
-    from fp8check.harness.bitview import differs
+    from fp8check.harness.bitview import ScreenMode, differs
+    screen = screen or ScreenMode.BY_DEVICE
     from fp8check.harness.formats import E8M0, is_pow2
     from fp8check.harness.formats.zero_blocks import wrong_zero_blocks
     out, n_checked, steps = [], 0, []
     recipe = ctx.config.recipe
     rhf = ctx.rollout_hf
     ahead = ctx.screens if isinstance(ctx.screens, TrainerScreens) and ctx.screens.config is ctx.config else None
-    encodings = _ScaleEncodings(ctx, recipe, ahead)
-    zero_blocks = _zero_block_flags(ctx, recipe, ahead)
+    encodings = ScaleEncodings(ctx, recipe, ahead, screen)
+    zero_blocks = zero_block_screen(ctx, recipe, ahead, screen)
     for n in _fp8_names(ctx):
         sn = scale_name(n)
         t = ctx.trainer.get(sn)
@@ -514,14 +362,14 @@ def s3_scales(ctx: CheckContext):
                 why = diagnose_scale(e_scale, r) if _evidence(out) else None
                 return fail("S3", sn, why or "scale bits the sampler reads differ from the trainer's",
                             stage="engine", **_where(ctx, sn, ev))
-        steps.append((differs(e_scale, r), engine_diff))
+        steps.append((differs(e_scale, r, screen), engine_diff))
         if ctx.payload is not None and ctx.config.fp8_on_wire and sn in ctx.payload and sn not in ctx.wire_verified:
             def wire_diff(out, sn=sn, t=t, w=ctx.payload[sn]):
                 ev = bit_diff(t, w, _evidence(out))
                 if ev:
                     why = diagnose_scale(t, w) if _evidence(out) else None
                     return fail("S3", sn, why or "scale on the wire differs from the trainer's", stage="wire", **ev)
-            steps.append((differs(t, ctx.payload[sn]), wire_diff))
+            steps.append((differs(t, ctx.payload[sn], screen), wire_diff))
     screened(steps, out)
     if not out:
         if not n_checked:
@@ -557,7 +405,9 @@ def diagnose_layout(ctx: CheckContext, name: str, expected: torch.Tensor, actual
            "expert ids where the kernel expects them: dequantized rollout weight == dequantized trainer weight "
            "in checkpoint coordinates", needs=("trainer", "rollout"),
            source="fp8check's own")
-def s4_layout(ctx: CheckContext):
+def s4_layout(ctx: CheckContext, screen: ScreenMode | None = None):
+    """`screen`: how the value screens' flags reach the host (harness.bitview.ScreenMode; None: production's
+    BY_DEVICE); the findings are the same under either."""
     from fp8check.harness.formats import E8M0
     out, n_checked = [], 0
     cfg, recipe = ctx.config, ctx.config.recipe
@@ -588,7 +438,8 @@ def s4_layout(ctx: CheckContext):
                                      f"{list(want)}", stage="engine"))
     # values in checkpoint coordinates: identical bits are identical values (screened at once, no dequantization);
     # the others are dequantized and compared
-    from fp8check.harness.bitview import any_of, differs
+    from fp8check.harness.bitview import ScreenMode, any_of, differs
+    screen = screen or ScreenMode.BY_DEVICE
     rhf, steps = ctx.rollout_hf, []
     for spec in cfg.spec.tensors():
         n = spec.name
@@ -610,7 +461,7 @@ def s4_layout(ctx: CheckContext):
         if n not in cfg.fp8_tensors:
             scale_differs = False
         elif sn in ctx.trainer and sn in rhf:
-            scale_differs = differs(ctx.trainer[sn], rhf[sn])
+            scale_differs = differs(ctx.trainer[sn], rhf[sn], screen)
         else:
             scale_differs = True
         n_checked += 1
@@ -633,7 +484,7 @@ def s4_layout(ctx: CheckContext):
                 why = diagnose_layout(ctx, n, e.float(), a.float()) if _evidence(out) else None
                 return fail("S4", n, "dequantized rollout weight differs from the trainer's" +
                             (f": {why}" if why else ""), stage="engine", **_where(ctx, n, ev))
-        steps.append((any_of(differs(reference, r), scale_differs), values))
+        steps.append((any_of(differs(reference, r, screen), scale_differs), values))
     screened(steps, out)
     if not out:
         if not n_checked:
