@@ -93,7 +93,7 @@ register(Fault("trainer_epsilon_mismatch", "scales", "config", ("C1", "C6"),
                silent=True))
 register(Fault("trainer_pow2_scales", "scales", "config", ("C1", "C6", "C9"),
                "NVTE_FP8_BLOCK_SCALING_FP32_SCALES unset in the trainer: TE's power-of-two default while the sync "
-               "declares FP32 scales", with_trainer(scale_format="pow2"),
+               "declares FP32 scales", with_trainer(scale_format=ScaleFormat.POW2),
                applies=lambda c: c.recipe.scale_format is ScaleFormat.FP32, silent=True))
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ..config import ConfigError, PackingConfig, RolloutConfig, SyncConfig, TrainerConfig, matches
 from ..formats import get_recipe
-from ..kinds import Granularity, Precision, Quantization
+from ..kinds import Granularity, Precision, Quantization, ScaleFormat
 from ..models import LINEAR, MODELS, SHIPPED, ModelError, get_model
 from . import skyrl_spec, stacks
 from .defaults import STACK_DEFAULTS
@@ -291,7 +291,7 @@ def _sync_config(r: stacks.Reader, model_name: str) -> SyncConfig:
     trainer_recipe = f["recipe"].value if f["recipe"].value in CHECKED_RECIPES else \
         ("mxfp8" if stacks.arch_major(f["gpu"].value) >= 10 else "blockwise")
     nvte = f["env.trainer.NVTE_FP8_BLOCK_SCALING_FP32_SCALES"]
-    trainer_scales = "fp32" if nvte.value == "1" else "pow2"
+    trainer_scales = ScaleFormat.FP32 if nvte.value == "1" else ScaleFormat.POW2
     fmt, rscales = f["rollout_format"].value, f["rollout_scales"].value
     if fmt == "mxfp8":
         name = "mxfp8"
