@@ -12,8 +12,7 @@ from typing import Any
 
 from .errors import ConfigError  # noqa: F401 - raised here, defined with the other input errors
 from .formats import Recipe, RecipeError, get_recipe
-from .formats.recipe import Granularity, ScaleFormat
-from .kinds import Precision, Quantization, member, values
+from .kinds import Granularity, Precision, Quantization, ScaleFormat, member, values
 from .models import LINEAR, ModelError, ModelSpec, get_model
 from .schema import SchemaError, from_data
 
@@ -84,7 +83,8 @@ class RolloutConfig:
     install: str = "reload"          # reload (layerwise reload_weights) | load_weights (direct, first load only) |
     #                                  weight_source (vLLM 0.27+'s trainer-side transfer: a WeightSource, send_weights)
     moe_backend: str = "triton"      # sm90 default for block-FP8 MoE; "deep_gemm" when VLLM_USE_DEEP_GEMM is exported
-    weight_block_size: tuple[int, int] | None = None   # engine quantization_config.weight_block_size; None: the recipe's
+    # engine quantization_config.weight_block_size; None: the recipe's
+    weight_block_size: tuple[int, int] | None = None
     # how the engine serves (the engine as RL stacks run it)
     kv_cache_dtype: str = "auto"     # auto (model dtype) | fp8 | fp8_e4m3: the rollout KV cache
     kv_scale: float = 1.0            # the KV-cache scale the kernels must read (uncalibrated checkpoint: 1.0)
@@ -214,7 +214,8 @@ class SyncConfig:
     @property
     def engine_quantizes(self) -> bool:
         """The engine quantizes the BF16 it receives itself (the round trip's requantization, an online method)."""
-        return self.engine_online or (self.sync_mode == "naive" and self.rollout.quantization is Quantization.CHECKPOINT)
+        round_trip = self.sync_mode == "naive" and self.rollout.quantization is Quantization.CHECKPOINT
+        return self.engine_online or round_trip
 
     @property
     def trainer_fp8(self) -> bool:

@@ -1,6 +1,7 @@
 """Recipe: what FP8 format a weight sync carries. One frozen dataclass, validated once; named recipes."""
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -9,6 +10,7 @@ if TYPE_CHECKING:                       # torch is imported where a tensor is ma
 
 from ..errors import RecipeError, did_you_mean  # noqa: F401 - RecipeError raised here, defined with the other input errors
 from ..kinds import Granularity, ScaleFormat, member, values
+from ..schema import SchemaError, from_data
 from .constants import FP8_FORMATS, MX_BLOCK
 
 # the values as plain strings: what error messages and pre-flight's choices list
@@ -55,7 +57,8 @@ class Recipe:
     def __from_data__(cls, value, where: str) -> "Recipe":
         """The schema's reading of a recipe (harness.schema): a name, or a mapping with a `name` and fields that
         override that recipe's, each checked against its annotation. Raises SchemaError naming `where`."""
-        from ..schema import SchemaError, from_data
+        if isinstance(value, cls):
+            return value
         try:
             if isinstance(value, str):
                 return get_recipe(value)
@@ -66,10 +69,11 @@ class Recipe:
                     raise SchemaError(f"{where} mapping needs a 'name' (one of {', '.join(RECIPES)})")
                 if not isinstance(name, str):
                     raise SchemaError(f"{where}.name must be a recipe name (one of {', '.join(RECIPES)})")
-                hints = {f: t for f, t in _recipe_fields().items() if f != "name"}
+                hints = {f: t for f, t in typing.get_type_hints(cls).items() if f != "name"}
                 for k in over:
                     if k not in hints:
-                        raise SchemaError(f"{where}: unknown key {k!r}{did_you_mean(k, hints)}; expected keys: name, {', '.join(sorted(hints))}")
+                        raise SchemaError(f"{where}: unknown key {k!r}{did_you_mean(k, hints)}; expected keys: name, "
+                                          f"{', '.join(sorted(hints))}")
                 return get_recipe(name, **{k: from_data(hints[k], v, f"{where}.{k}") for k, v in over.items()})
         except RecipeError as e:
             raise SchemaError(f"{where}: {e}") from None
@@ -160,11 +164,6 @@ RECIPES = {
     "blockwise-pow2": Recipe("blockwise-pow2", scale_format=ScaleFormat.POW2),
     "mxfp8": Recipe("mxfp8", granularity=Granularity.MXFP8, scale_format=ScaleFormat.E8M0),
 }
-
-
-def _recipe_fields() -> dict:
-    import typing
-    return typing.get_type_hints(Recipe)
 
 
 def get_recipe(name: str, **overrides) -> Recipe:
