@@ -354,7 +354,7 @@ def test_bad_model_config_json(tmp_path, name, cfg):
     (["snapshot", "--engine", "vllm", "--out", "{dir}/y"], "--engine"), (["catalog", "--bogus"], "--bogus"),
     (["nonsense"], "nonsense"), (["live", "--steps", "-2"], "--steps"),
     (["snapshot", "--set", "rollout.quantization=bogus", "--out", "{dir}/z"], "rollout.quantization: 'bogus'"),
-    (["snapshot", "--set", "rollout.kv_scale=1e999", "--out", "{dir}/z"], "kv_scale must be float, got '1e999'"),
+    (["snapshot", "--set", "rollout.kv_scale=1e999", "--out", "{dir}/z"], "rollout.kv_scale must be a number, got '1e999'"),
     (["snapshot", "--set", "rollout.kv_scale=0", "--out", "{dir}/z"], "rollout.kv_scale must be finite and > 0"),
     (["snapshot", "--recipe", "blockwise-pow2", "--set", "rollout.quantization=online-per-block", "--out", "{dir}/z"],
      "online-per-block quantizes 128x128 blocks with FP32 scales"),

@@ -93,7 +93,7 @@ def test_config_dotted_and_nested_are_the_same():
 
 
 @pytest.mark.parametrize("data,msg", [({"modle": "tiny-dense"}, "unknown key 'modle'"),
-                                      ({"rollout": {"tp_size": "2"}}, "tp_size must be int"),
+                                      ({"rollout": {"tp_size": "2"}}, "rollout.tp_size must be an integer, got .2."),
                                       ({"recipe": "blockwise-fp64"}, "unknown recipe"),
                                       ({"model": "tiny-xl"}, "unknown model"),
                                       ({"sync_mode": "lazy"}, "sync_mode"),

@@ -26,16 +26,17 @@ from typing import Callable
 import torch
 
 from fp8check.harness.config import SyncConfig
+from fp8check.harness.kinds import Stage, member, values
 from fp8check.harness.layouts import scale_name
 from fp8check.harness.sync.payload import Payload, record_for
-from fp8check.harness.sync.pipeline import STAGES, NoTarget
+from fp8check.harness.sync.pipeline import STAGES, NoTarget  # noqa: F401 - STAGES re-exported (the pipeline's list)
 
 
 @dataclass(frozen=True)
 class Fault:
     name: str
     family: str
-    stage: str
+    stage: Stage                        # a string is taken as its member
     trips: tuple[str, ...]              # invariant ids that must all fire
     description: str
     apply: Callable | None = None
@@ -48,9 +49,11 @@ class Fault:
     may: tuple[str, ...] = ()           # invariant ids that may also fire (never required, never a surprise)
 
     def __post_init__(self):
-        if self.stage not in STAGES:
-            raise ValueError(f"fault {self.name}: unknown stage {self.stage!r}")
-        needs_apply = not (self.stage in ("engine", "serving") and self.knobs)
+        stage = member(Stage, self.stage)
+        if stage is None:
+            raise ValueError(f"fault {self.name}: unknown stage {self.stage!r} (one of {', '.join(values(Stage))})")
+        object.__setattr__(self, "stage", stage)        # frozen: the one coercion
+        needs_apply = not (stage in (Stage.ENGINE, Stage.SERVING) and self.knobs)
         if (self.apply is not None) != needs_apply:
             raise ValueError(f"fault {self.name}: an engine fault has knobs or an engine factory; others an apply")
 
@@ -85,9 +88,9 @@ class Fault:
         """Can this fault be injected into engines already running `config`? Not a config change, not an engine
         that must be built differently, not an environment that changes the engines (transport settings may
         change), knobs the running engine supports, and a target in this model."""
-        if self.stage == "config" or (self.stage == "engine" and not self.knobs):
+        if self.stage is Stage.CONFIG or (self.stage is Stage.ENGINE and not self.knobs):
             return False
-        if self.stage == "engine" and not set(self.knobs) <= set(engine_knobs):
+        if self.stage is Stage.ENGINE and not set(self.knobs) <= set(engine_knobs):
             return False
         if not self.applies(config):
             return False

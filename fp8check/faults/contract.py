@@ -4,31 +4,32 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fp8check.harness.formats import get_recipe
+from fp8check.harness.kinds import Granularity, ScaleFormat
 from fp8check.harness.layouts.vllm import tp_split_dim
 
 from .base import Fault, NoTarget, register, with_config as cfg, with_rollout as rollout, with_trainer as trainer
 
 
 register(Fault("blackwell_with_fp32_scales", "contract", "config", ("C3",), "blockwise FP32 scales on sm100",
-               cfg(gpu_arch="sm100"), applies=lambda c: c.recipe.scale_format == "fp32"))
+               cfg(gpu_arch="sm100"), applies=lambda c: c.recipe.scale_format is ScaleFormat.FP32))
 register(Fault("fp8_param_with_pow2_scales", "contract", "config", ("C4",),
                "persistent FP8 parameters with power-of-two block scales", trainer(fp8_param=True),
-               applies=lambda c: c.recipe.scale_format == "pow2"))
+               applies=lambda c: c.recipe.scale_format is ScaleFormat.POW2))
 register(Fault("fp8_param_with_mxfp8", "contract", "config", ("C4",), "persistent FP8 parameters with MXFP8",
-               trainer(fp8_param=True), applies=lambda c: c.recipe.granularity == "mxfp8"))
+               trainer(fp8_param=True), applies=lambda c: c.recipe.granularity is Granularity.MXFP8))
 register(Fault("mxfp8_on_hopper", "contract", "config", ("C5",), "the mxfp8 recipe on sm90",
                lambda c: replace(c, recipe=get_recipe("mxfp8"), gpu_arch="sm90"),
-               applies=lambda c: c.recipe.granularity == "block"))
+               applies=lambda c: c.recipe.granularity is Granularity.BLOCK))
 register(Fault("engine_block_shape_mismatch", "contract", "config", ("C7",),
                "engine weight_block_size [128, 64] vs the recipe's [128, 128]", rollout(weight_block_size=(128, 64)),
-               applies=lambda c: c.recipe.granularity == "block"))
+               applies=lambda c: c.recipe.granularity is Granularity.BLOCK))
 register(Fault("lora_adapter_only_fp8_sync", "contract", "config", ("C8",),
                "adapter-only LoRA (merge off) with serialized FP8 weight sync", cfg(lora_rank=16, lora_merge=False)))
 # P1 does not see it by design: its floor runs the engine's declared activation quantizer (the difference C9 names)
 register(Fault("pow2_scales_fp32_activations", "contract", "config", ("C9",),
                "power-of-two weight scales with VLLM_USE_DEEP_GEMM_E8M0=0: the engine quantizes activations with "
                "FP32 scales, the trainer with powers of two", rollout(deep_gemm_e8m0=False),
-               applies=lambda c: c.recipe.scale_format == "pow2"))
+               applies=lambda c: c.recipe.scale_format is ScaleFormat.POW2))
 
 
 def _engine_e8m0_flipped(c, index=0):
@@ -46,7 +47,7 @@ register(Fault("engine_e8m0_unpinned", "contract", "engine", ("C10",),
                "the rollout engine runs the other DeepGEMM E8M0 mode than the config resolves (started without "
                "engine_env(config): FP32 block scales requantized to UE8M0, or power-of-two scales with FP32 "
                "activation scales)", _engine_e8m0_flipped, may=("S3", "S4"),
-               applies=lambda c: c.recipe.granularity == "block"))
+               applies=lambda c: c.recipe.granularity is Granularity.BLOCK))
 MAX_TP = 64         # beyond this no job runs one tensor-parallel group
 
 
@@ -87,7 +88,7 @@ register(Fault("trainer_cp_packing_mismatch", "alignment", "config", ("A3",),
                "still pads to the FP8 multiple 16", lambda c: replace(c, trainer=replace(c.trainer, tp_size=4, cp_size=4),
                                                                    packing=replace(c.packing, preprocess_multiple=16)),
                may=("A2",),    # trainer TP 4 also splits the MoE / hybrid models' narrower projections off the grid
-               applies=lambda c: c.recipe.granularity == "block"))
+               applies=lambda c: c.recipe.granularity is Granularity.BLOCK))
 
 
 def _shared_expert_tp(c):
@@ -99,5 +100,5 @@ def _shared_expert_tp(c):
 register(Fault("shared_expert_shard_below_block", "alignment", "config", ("A2",),
                "rollout TP 8 splits the shared expert's gate|up into 64-row shards, below the 128-row block: ranks "
                "share a scale tile", _shared_expert_tp,
-               applies=lambda c: c.recipe.granularity == "block" and c.spec.is_moe
+               applies=lambda c: c.recipe.granularity is Granularity.BLOCK and c.spec.is_moe
                and 0 < c.spec.shared_expert_intermediate_size // 8 < c.recipe.block_shape[0], may=("S1", "S7")))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from fp8check.harness.formats import quantize_blockwise
+from fp8check.harness.kinds import Granularity, ScaleFormat
 
 from .base import Fault, fp8_targets, pick, register, replace_tensor, scale_name
 
@@ -17,7 +18,7 @@ def _e5m2(c, p, ctx, index=0):
 
 
 register(Fault("e5m2_codes", "dtypes", "payload", ("S5", "S2", "S3", "S4"), "one weight quantized to E5M2 instead of E4M3",
-               _e5m2, applies=lambda c: c.recipe.granularity == "block", destructive=True))
+               _e5m2, applies=lambda c: c.recipe.granularity is Granularity.BLOCK, destructive=True))
 
 
 def _fnuz(c, p, ctx, index=0):
@@ -48,7 +49,7 @@ def _scale_bf16(c, p, ctx, index=0):
 
 register(Fault("fp32_scale_sent_as_bf16", "dtypes", "payload", ("S5", "S3", "S4"),
                "one FP32 scale tensor sent as BF16 (rounded to 8 mantissa bits)", _scale_bf16,
-               applies=lambda c: c.recipe.scale_format == "fp32"))
+               applies=lambda c: c.recipe.scale_format is ScaleFormat.FP32))
 
 
 def _zero_sign(c, p, ctx, index=0):

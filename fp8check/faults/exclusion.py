@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fp8check.harness.formats import quantize_per_tensor
+from fp8check.harness.kinds import Granularity
 
 from .base import Fault, fp8_targets, pick, register
 
@@ -102,7 +103,7 @@ def _without_default(name):
 register(Fault("router_exclusion_dropped", "exclusion", "config", ("X4", "A1"),
                "the MoE router (mlp.gate, 8 output rows) left out of the exclusion set: no 128-row block fits it",
                _without_default("mlp.gate"),
-               applies=lambda c: "mlp.gate" in c.spec.default_exclude and c.recipe.granularity == "block",
+               applies=lambda c: "mlp.gate" in c.spec.default_exclude and c.recipe.granularity is Granularity.BLOCK,
                may=("A2", "S1", "S2", "S3", "S4", "S5", "S6", "S7")))
 register(Fault("shared_expert_gate_quantized", "exclusion", "config", ("X5", "A1"),
                "the shared-expert gate quantized by the trainer while vLLM's Qwen3-MoE always builds it in BF16",

@@ -7,6 +7,7 @@ import torch
 
 from fp8check.harness.formats import quantize_blockwise, wire_to_te
 from fp8check.harness.formats.bytes import roll_rows
+from fp8check.harness.kinds import Granularity
 from fp8check.harness.layouts import scale_name
 
 from .base import Fault, NoTarget, fp8_targets, pick, register, replace_tensor, swap, with_rollout
@@ -96,7 +97,8 @@ def _megatron_order(c, p, ctx, layer=0):
 
 register(Fault("megatron_qkv_not_deinterleaved", "layouts", "payload", ("S2", "S3", "S4"),
                "linear_qkv exported in Megatron's per-group [q, k, v] order as if it were HF's [q; k; v]",
-               _megatron_order, applies=lambda c: c.recipe.granularity == "block" and bool(_layers_of(c, "full_attention"))
+               _megatron_order,
+               applies=lambda c: c.recipe.granularity is Granularity.BLOCK and bool(_layers_of(c, "full_attention"))
                and f"{c.spec.layer_prefix(_layer(c, 'full_attention', 0))}self_attn.q_proj.weight" in c.fp8_tensors,
                silent=True))
 
@@ -154,7 +156,7 @@ def _block_shift(c, p, ctx, index=0):
 
 register(Fault("rows_shifted_one_block", "layouts", "payload", ("S2", "S3", "S4"),
                "one weight's rows (and scale rows) rotated by one 128-row block (an off-by-one shard offset)",
-               _block_shift, applies=lambda c: c.recipe.granularity == "block", silent=True))
+               _block_shift, applies=lambda c: c.recipe.granularity is Granularity.BLOCK, silent=True))
 
 
 def _grid_1x128(c, p, ctx, index=0):
@@ -166,7 +168,7 @@ def _grid_1x128(c, p, ctx, index=0):
 
 register(Fault("activation_grid_for_weight", "layouts", "payload", ("S4", "S2", "S3"),
                "one weight quantized with 1x128 blocks (the activation grid) and sent with a [N, K/128] scale",
-               _grid_1x128, applies=lambda c: c.recipe.granularity == "block", destructive=True))
+               _grid_1x128, applies=lambda c: c.recipe.granularity is Granularity.BLOCK, destructive=True))
 
 
 def _te_padded(c, p, ctx, index=0):
@@ -179,7 +181,7 @@ def _te_padded(c, p, ctx, index=0):
 register(Fault("te_padded_scale_on_wire", "layouts", "payload", ("S4", "S3"),
                "Transformer Engine's stored scale layout (K-blocks padded to a multiple of 4) sent instead of the "
                "unpadded grid", _te_padded,
-               applies=lambda c: c.recipe.granularity == "block" and any(
+               applies=lambda c: c.recipe.granularity is Granularity.BLOCK and any(
                    (-(-c.spec.tensor_map()[n].shape[1] // 128)) % 4 for n in fp8_targets(c)), destructive=True))
 
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 import torch
 
 from fp8check.harness.formats import E8M0
+from fp8check.harness.kinds import Granularity, ScaleFormat
 
 from .base import Fault, NoTarget, fp8_targets, pick, register, replace_tensor, scale_name, with_rollout, with_trainer
 
@@ -69,7 +70,7 @@ def _round_pow2(c, p, ctx, index=None):
 
 register(Fault("fp32_scales_rounded_pow2", "scales", "payload", ("S3", "S4"),
                "FP32 scales rounded up to powers of two on the way, codes left as they were",
-               _round_pow2, applies=lambda c: c.recipe.scale_format == "fp32", silent=True))
+               _round_pow2, applies=lambda c: c.recipe.scale_format is ScaleFormat.FP32, silent=True))
 
 
 def _sender_eps(c, p, ctx, index=0, amax_epsilon=1.0):
@@ -83,16 +84,17 @@ def _sender_eps(c, p, ctx, index=0, amax_epsilon=1.0):
 
 register(Fault("sender_epsilon_mismatch", "scales", "payload", ("S2", "S3", "S4"),
                "the sender re-quantizes with another amax epsilon than the trainer's forward uses", _sender_eps,
-               applies=lambda c: c.recipe.granularity == "block", silent=True))
+               applies=lambda c: c.recipe.granularity is Granularity.BLOCK, silent=True))
 
 
 register(Fault("trainer_epsilon_mismatch", "scales", "config", ("C1", "C6"),
                "the trainer's quantizer runs with amax epsilon 1.0 while the sync declares 0",
-               with_trainer(amax_epsilon=1.0), applies=lambda c: c.recipe.granularity == "block", silent=True))
+               with_trainer(amax_epsilon=1.0), applies=lambda c: c.recipe.granularity is Granularity.BLOCK,
+               silent=True))
 register(Fault("trainer_pow2_scales", "scales", "config", ("C1", "C6", "C9"),
                "NVTE_FP8_BLOCK_SCALING_FP32_SCALES unset in the trainer: TE's power-of-two default while the sync "
-               "declares FP32 scales", with_trainer(scale_format="pow2"),
-               applies=lambda c: c.recipe.scale_format == "fp32", silent=True))
+               "declares FP32 scales", with_trainer(scale_format=ScaleFormat.POW2),
+               applies=lambda c: c.recipe.scale_format is ScaleFormat.FP32, silent=True))
 
 
 def _transpose_grid(c, p, ctx, index=0):
@@ -108,13 +110,13 @@ def _transpose_grid(c, p, ctx, index=0):
 
 register(Fault("scale_grid_transposed", "scales", "payload", ("S3", "S4"),
                "a square block-scale grid sent transposed (row-major vs column-major mix-up)", _transpose_grid,
-               applies=lambda c: c.recipe.granularity == "block", silent=True))
+               applies=lambda c: c.recipe.granularity is Granularity.BLOCK, silent=True))
 
 
 register(Fault("fp32_scales_through_e8m0", "scales", "config", ("C2", "C9", "S3", "S4"),
                "FP32 block scales installed into vLLM with its Hopper default (DeepGEMM + E8M0): post-load "
                "requantizes every weight to UE8M0", with_rollout(use_deep_gemm=True, deep_gemm_e8m0=True),
-               applies=lambda c: c.recipe.scale_format == "fp32"))
+               applies=lambda c: c.recipe.scale_format is ScaleFormat.FP32))
 
 
 # the trainer runs another amax epsilon than the sync declares, too small for any block's amax to reach yet: the
@@ -122,7 +124,7 @@ register(Fault("fp32_scales_through_e8m0", "scales", "config", ("C2", "C9", "S3"
 register(Fault("trainer_epsilon_latent", "scales", "config", ("C6",),
                "the trainer's quantizer runs with amax epsilon 1e-30 while the sync declares 0 (no block's amax is "
                "that small yet: the bytes still agree)", with_trainer(amax_epsilon=1e-30),
-               applies=lambda c: c.recipe.granularity == "block", silent=True))
+               applies=lambda c: c.recipe.granularity is Granularity.BLOCK, silent=True))
 
 
 def _nan_block(c, p, ctx, index=0, element=0):

@@ -4,13 +4,14 @@ from __future__ import annotations
 from math import lcm
 
 from .formats import Recipe
+from .kinds import Granularity
 
 
 def fp8_gemm_multiple(recipe: Recipe | None) -> int:
     """FP8 GEMM dims must be multiples of 16 (TE / cuBLASLt FP8), 32 for MXFP8 (1x32 blocks in both directions)."""
     if recipe is None:
         return 1
-    return 32 if recipe.granularity == "mxfp8" else 16
+    return 32 if recipe.granularity is Granularity.MXFP8 else 16
 
 
 def packed_pad_multiple(tp: int, cp: int, recipe: Recipe | None) -> int:
@@ -20,7 +21,7 @@ def packed_pad_multiple(tp: int, cp: int, recipe: Recipe | None) -> int:
     parallel cuts each sequence into 2*CP chunks, so the result is also a multiple of 2*CP."""
     if recipe is None:
         m = tp
-    elif recipe.granularity == "mxfp8":
+    elif recipe.granularity is Granularity.MXFP8:
         m = 32 * tp * cp
     else:
         m = (128 * tp if tp > 1 else 16) * cp

@@ -4,14 +4,17 @@ keys or nested); the exclusion set, recipe and layout map are derived here once 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
 from functools import cached_property
 from typing import Any
 
 
 from .errors import ConfigError  # noqa: F401 - raised here, defined with the other input errors
 from .formats import Recipe, RecipeError, get_recipe
+from .kinds import Granularity, Precision, Quantization, ScaleFormat, member, values
 from .models import LINEAR, ModelError, ModelSpec, get_model
+from .schema import SchemaError, from_data
 
 SYNC_MODES = ("onpolicy", "naive")
 _LAYOUTS: dict = {}      # SyncConfig.layout's memo: (its arguments) -> (the spec, the map)
@@ -21,12 +24,13 @@ INSTALL_PATHS = ("reload", "load_weights", "weight_source")
 # dynamic scale per fused parameter; TRL's and SkyRL's naive FP8 rollout), or -- a block-FP8 checkpoint engine
 # whose load path quantizes each BF16 checkpoint tensor of a refit -- NeMo RL's FP8 generation
 # (harness.numerics.nemo_rl); or none (the engine serves BF16: an FP8 learner's BF16 sampler)
-ENGINE_QUANTIZATION = ("checkpoint", "online-per-block", "online-per-tensor", "nemo-rl-blockwise", "none")
+# (harness.kinds.Quantization; the values as plain strings, as error messages list them)
+ENGINE_QUANTIZATION = values(Quantization)
 # the engine is started from a block-FP8 checkpoint config (quantization_config with ignored_layers)
-CHECKPOINT_FORMAT_ENGINES = ("checkpoint", "nemo-rl-blockwise")
+CHECKPOINT_FORMAT_ENGINES = tuple(q for q in Quantization if q.checkpoint_format)
 # fp8: the learner's GEMMs run the recipe; fp8-delayed: Transformer Engine's per-tensor delayed scaling (amax
 # history, Megatron-Core's `fp8_recipe="delayed"`: the seeds' naive trainer); bf16: no FP8 in the learner
-TRAINER_PRECISIONS = ("fp8", "fp8-delayed", "bf16")
+TRAINER_PRECISIONS = values(Precision)
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")     # vLLM 0.26 raises for fp8_e5m2 with an FP8 checkpoint
 # where the FP8 KV cache's scales come from: one declared value the engine adapter pins after boot and every wake
 # (an uncalibrated checkpoint: 1.0), or the job's per-layer calibration, produced by the trainer at every step and
@@ -41,18 +45,31 @@ class TrainerConfig:
     fp8_param: bool = False          # persistent FP8 parameters (TE quantized_model_init)
     # what the trainer's quantizer really does, when it differs from the recipe (resolved from
     # NVTE_FP8_BLOCK_SCALING_FP32_SCALES and friends); None: as the recipe says
-    scale_format: str | None = None
+    scale_format: ScaleFormat | None = None
     amax_epsilon: float | None = None
     # the device sync path: masters generated and kept on the trainer's GPU (deterministic from the seed, not the
     # CPU reference's; real shapes), the FP8 export left there
     device: bool = False
     # fp8: the learner's GEMMs run the recipe (TE); bf16: they run BF16 (verl's and NeMo RL's BF16 training with an
     # FP8 rollout); the wire then carries BF16 and the engine quantizes or serves BF16
-    precision: str = "fp8"
+    precision: Precision = Precision.FP8
     # delayed scaling's knobs (precision fp8-delayed), Megatron-Core 0.19.2's defaults
     amax_history_len: int = 1
     amax_compute_algo: str = "most_recent"
     margin: int = 0
+
+    def __post_init__(self):
+        # a string is taken as its member once, here (frozen: object.__setattr__); the key is named as SyncConfig
+        # holds this part
+        p = member(Precision, self.precision)
+        if p is None:
+            raise ConfigError(f"trainer.precision: {self.precision!r} is not one of {TRAINER_PRECISIONS}")
+        object.__setattr__(self, "precision", p)
+        if self.scale_format is not None:
+            f = member(ScaleFormat, self.scale_format)
+            if f is None:
+                raise ConfigError(f"trainer.scale_format: {self.scale_format!r} is not one of fp32, pow2, e8m0")
+            object.__setattr__(self, "scale_format", f)
 
 
 @dataclass(frozen=True)
@@ -66,7 +83,8 @@ class RolloutConfig:
     install: str = "reload"          # reload (layerwise reload_weights) | load_weights (direct, first load only) |
     #                                  weight_source (vLLM 0.27+'s trainer-side transfer: a WeightSource, send_weights)
     moe_backend: str = "triton"      # sm90 default for block-FP8 MoE; "deep_gemm" when VLLM_USE_DEEP_GEMM is exported
-    weight_block_size: tuple | None = None   # engine quantization_config.weight_block_size; None: the recipe's
+    # engine quantization_config.weight_block_size; None: the recipe's
+    weight_block_size: tuple[int, int] | None = None
     # how the engine serves (the engine as RL stacks run it)
     kv_cache_dtype: str = "auto"     # auto (model dtype) | fp8 | fp8_e4m3: the rollout KV cache
     kv_scale: float = 1.0            # the KV-cache scale the kernels must read (uncalibrated checkpoint: 1.0)
@@ -76,8 +94,14 @@ class RolloutConfig:
     sleep_mode: bool = False         # the engine sleeps (level 1 / 2) while the colocated trainer runs
     prefix_caching: bool = True      # vLLM's default; the engine resets the prefix cache after every weight sync
     # checkpoint (block-FP8 bytes installed as-is) | online-per-block | online-per-tensor (BF16 in, the engine
-    # quantizes) | none (BF16 served)
-    quantization: str = "checkpoint"
+    # quantizes) | nemo-rl-blockwise | none (BF16 served)
+    quantization: Quantization = Quantization.CHECKPOINT
+
+    def __post_init__(self):
+        q = member(Quantization, self.quantization)     # a string is taken as its member, once
+        if q is None:
+            raise ConfigError(f"rollout.quantization: {self.quantization!r} is not one of {ENGINE_QUANTIZATION}")
+        object.__setattr__(self, "quantization", q)
 
 
 @dataclass(frozen=True)
@@ -126,26 +150,23 @@ class SyncConfig:
             raise ConfigError(f"rollout.kv_scales: {self.rollout.kv_scales!r} is not one of {KV_SCALE_SOURCES}")
         if not 0 < self.rollout.kv_scale < float("inf"):     # NaN fails both comparisons
             raise ConfigError(f"rollout.kv_scale must be finite and > 0, got {self.rollout.kv_scale!r}")
-        if self.rollout.quantization not in ENGINE_QUANTIZATION:
-            raise ConfigError(f"rollout.quantization: {self.rollout.quantization!r} is not one of {ENGINE_QUANTIZATION}")
-        if self.rollout.quantization == "online-per-block" and (
-                self.recipe.granularity != "block" or tuple(self.recipe.block_shape) != (128, 128)
-                or self.recipe.scale_format != "fp32"):
+        q, precision = self.rollout.quantization, self.trainer.precision
+        if q is Quantization.ONLINE_PER_BLOCK and (
+                self.recipe.granularity is not Granularity.BLOCK or tuple(self.recipe.block_shape) != (128, 128)
+                or self.recipe.scale_format is not ScaleFormat.FP32):
             raise ConfigError(f"rollout.quantization=online-per-block quantizes 128x128 blocks with FP32 scales; "
                               f"recipe {self.recipe.name!r} is not that (use blockwise-fp32)")
-        if self.rollout.quantization == "nemo-rl-blockwise" and (
-                self.recipe.granularity != "block" or tuple(self.recipe.block_shape) != (128, 128)
+        if q is Quantization.NEMO_RL_BLOCKWISE and (
+                self.recipe.granularity is not Granularity.BLOCK or tuple(self.recipe.block_shape) != (128, 128)
                 or self.recipe.amax_epsilon != 0):
             raise ConfigError(f"rollout.quantization=nemo-rl-blockwise quantizes 128x128 blocks, FP32 or power-of-two "
                               f"scales, no amax floor; recipe {self.recipe.name!r} is not that (use blockwise-fp32 "
                               f"or blockwise-pow2)")
-        if self.trainer.precision not in TRAINER_PRECISIONS:
-            raise ConfigError(f"trainer.precision: {self.trainer.precision!r} is not one of {TRAINER_PRECISIONS}")
-        if self.rollout.quantization == "checkpoint" and self.recipe.granularity == "tensor":
+        if q is Quantization.CHECKPOINT and self.recipe.granularity is Granularity.TENSOR:
             raise ConfigError(f"recipe {self.recipe.name!r} (per-tensor scales) has no on-policy checkpoint sync into "
                               f"vLLM (its FP8 checkpoints fuse q|k|v under one scale and requantize); set "
                               f"rollout.quantization to online-per-tensor, online-per-block or none")
-        if self.trainer.precision == "fp8-delayed":
+        if precision is Precision.FP8_DELAYED:
             if self.fp8_on_wire:
                 raise ConfigError("trainer.precision=fp8-delayed (per-tensor delayed scaling) has no on-policy "
                                   "checkpoint sync into vLLM; set rollout.quantization to online-per-tensor, "
@@ -154,10 +175,10 @@ class SyncConfig:
                 self.delayed_scaling
             except ValueError as e:
                 raise ConfigError(f"trainer: {e}") from None
-        if self.rollout.quantization == "none" and self.trainer.precision == "bf16" and self.fp8_tensors:
+        if q is Quantization.NONE and precision is Precision.BF16 and self.fp8_tensors:
             raise ConfigError("trainer.precision=bf16 with rollout.quantization=none runs no FP8 anywhere; say so "
                               "with the exclusion set (exclude every linear) instead")
-        if self.rollout.quantization == "checkpoint" and self.trainer.precision == "bf16" \
+        if q is Quantization.CHECKPOINT and precision is Precision.BF16 \
                 and self.sync_mode == "onpolicy" and self.fp8_tensors:
             raise ConfigError("trainer.precision=bf16 has no FP8 bytes to install as a checkpoint; set "
                               "rollout.quantization to online-per-tensor, online-per-block or none")
@@ -166,8 +187,6 @@ class SyncConfig:
         for k in ("trainer", "rollout"):
             if getattr(self, k).tp_size < 1:
                 raise ConfigError(f"{k}.tp_size must be >= 1")
-        if self.trainer.scale_format not in (None, "fp32", "pow2", "e8m0"):
-            raise ConfigError(f"trainer.scale_format: {self.trainer.scale_format!r} is not one of fp32, pow2, e8m0")
         try:
             self.trainer_recipe
         except RecipeError as e:
@@ -178,34 +197,35 @@ class SyncConfig:
     def fp8_on_wire(self) -> bool:
         """The sync carries FP8 codes and scales (the trainer's own): on-policy into a checkpoint engine. Otherwise
         every tensor goes as BF16 and the engine quantizes (naive, or an online-quantizing engine) or serves it."""
-        return self.sync_mode == "onpolicy" and self.rollout.quantization == "checkpoint"
+        return self.sync_mode == "onpolicy" and self.rollout.quantization is Quantization.CHECKPOINT
 
     @property
     def engine_online(self) -> bool:
         """The engine is handed BF16 and quantizes it itself by a declared rule: one of vLLM's online methods, or
         NeMo RL's load path (`engine_quantizes_on_load`). What it must hold is its rule over what it was sent."""
-        return self.rollout.quantization.startswith("online-") or self.engine_quantizes_on_load
+        return self.rollout.quantization.online or self.engine_quantizes_on_load
 
     @property
     def engine_quantizes_on_load(self) -> bool:
         """The engine quantizes each checkpoint tensor as it arrives, before vLLM's loaders fuse it, and holds the
         result as a block-FP8 checkpoint engine does (NeMo RL's `load_weights`: harness.numerics.nemo_rl)."""
-        return self.rollout.quantization == "nemo-rl-blockwise"
+        return self.rollout.quantization is Quantization.NEMO_RL_BLOCKWISE
 
     @property
     def engine_quantizes(self) -> bool:
         """The engine quantizes the BF16 it receives itself (the round trip's requantization, an online method)."""
-        return self.engine_online or (self.sync_mode == "naive" and self.rollout.quantization == "checkpoint")
+        round_trip = self.sync_mode == "naive" and self.rollout.quantization is Quantization.CHECKPOINT
+        return self.engine_online or round_trip
 
     @property
     def trainer_fp8(self) -> bool:
         """The learner's GEMMs run FP8 (its FP8 set is `fp8_tensors`)."""
-        return self.trainer.precision != "bf16"
+        return self.trainer.precision is not Precision.BF16
 
     @property
     def delayed_scaling(self):
         """The learner's delayed-scaling knobs (precision fp8-delayed), else None."""
-        if self.trainer.precision != "fp8-delayed":
+        if self.trainer.precision is not Precision.FP8_DELAYED:
             return None
         from .formats.delayed import DelayedScaling
         t = self.trainer
@@ -257,14 +277,14 @@ class SyncConfig:
         builds with a quant config -- vLLM's `quantization="fp8"` / `"fp8_per_block"` on a BF16 checkpoint take no
         ignored_layers (Fp8Config() defaults), so a router the learner keeps in BF16 is quantized there."""
         q = self.rollout.quantization
-        if q == "none":
+        if q is Quantization.NONE:
             return frozenset()
         if self.engine_quantizes_on_load:           # a checkpoint engine: its ignored_layers are the exclusion set
             return self.fp8_tensors
         if self.engine_online:
             out = {t.name for t in self.spec.tensors() if t.kind == LINEAR
                    and not matches_any(t.module, self.spec.engine_high_precision)}
-            if q == "online-per-block":
+            if q is Quantization.ONLINE_PER_BLOCK:
                 out -= self._unblockable()
             return frozenset(out)
         return self.fp8_tensors
@@ -291,8 +311,8 @@ class SyncConfig:
         """The grid the engine holds its FP8 weights on: the recipe for a checkpoint engine (and the round trip,
         which requantizes on the recipe's blocks), vLLM's per-tensor online rule (one fp32 scale per fused
         parameter) for online-per-tensor."""
-        if self.rollout.quantization == "online-per-tensor":
-            return Recipe("vllm-online-per-tensor", granularity="tensor", scale_format="fp32")
+        if self.rollout.quantization is Quantization.ONLINE_PER_TENSOR:
+            return Recipe("vllm-online-per-tensor", granularity=Granularity.TENSOR, scale_format=ScaleFormat.FP32)
         return self.recipe
 
     @cached_property
@@ -326,7 +346,7 @@ class SyncConfig:
     def ignored_layers(self) -> tuple[str, ...]:
         """vLLM `quantization_config.ignored_layers`: HF module names of GEMMs kept high precision (a checkpoint
         engine's; an engine that quantizes online or serves BF16 is started with none)."""
-        if self.rollout.quantization not in CHECKPOINT_FORMAT_ENGINES:
+        if not self.rollout.quantization.checkpoint_format:
             return ()
         return tuple(sorted(t.module for t in self.spec.tensors()
                             if t.kind == LINEAR and t.name not in self.fp8_tensors))
@@ -336,8 +356,9 @@ class SyncConfig:
         """The quantizer the trainer really runs: the recipe unless trainer.scale_format / amax_epsilon say
         otherwise (a disagreement the C checks exist to catch)."""
         t = self.trainer
-        if t.precision == "fp8-delayed":       # one fp32 scale per tensor, from the amax history
-            return Recipe("te-delayed", fp8_format=self.recipe.fp8_format, granularity="tensor", scale_format="fp32")
+        if t.precision is Precision.FP8_DELAYED:       # one fp32 scale per tensor, from the amax history
+            return Recipe("te-delayed", fp8_format=self.recipe.fp8_format, granularity=Granularity.TENSOR,
+                          scale_format=ScaleFormat.FP32)
         if t.scale_format is None and t.amax_epsilon is None:
             return self.recipe
         ch = {}
@@ -354,12 +375,12 @@ class SyncConfig:
     @property
     def deep_gemm_e8m0(self) -> bool:
         e = self.rollout.deep_gemm_e8m0
-        return (self.recipe.scale_format == "pow2") if e is None else e
+        return (self.recipe.scale_format is ScaleFormat.POW2) if e is None else e
 
     @property
     def requant_ue8m0(self) -> bool:
         """The engine requantizes block-FP8 weights to UE8M0 after loading (DeepGEMM + E8M0 mode)."""
-        return self.engine_recipe.granularity == "block" and bool(self.engine_fp8_tensors) and \
+        return self.engine_recipe.granularity is Granularity.BLOCK and bool(self.engine_fp8_tensors) and \
             self.rollout.use_deep_gemm and self.deep_gemm_e8m0
 
     @property
@@ -411,37 +432,22 @@ class SyncConfig:
 
     # -- (de)serialization ----------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        d = asdict(self)
+        """Plain data (kinds as their strings, so YAML and pickles need no fp8check types); `from_dict` reads it
+        back to an equal config."""
+        d = asdict(self, dict_factory=lambda kv: {k: v.value if isinstance(v, Enum) else v for k, v in kv})
         d["recipe"] = {"name": self.recipe.name, **{k: v for k, v in d["recipe"].items() if k != "name"}}
         d["exclude"] = list(self.exclude)
         return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> "SyncConfig":
-        """Nested or dotted keys. Unknown keys are an error naming the key (never silently ignored)."""
+        """Nested or dotted keys, validated by the field annotations (harness.schema: the one validator, the
+        records' too). Unknown keys, wrong types and values outside a kind are a one-line ConfigError naming
+        `source`, the key path and what was expected (never silently ignored)."""
         data = nest(data, source)
-        kw: dict[str, Any] = {}
-        sub = {"trainer": TrainerConfig, "rollout": RolloutConfig, "transport": TransportConfig,
-               "packing": PackingConfig}
-        top = {f.name for f in fields(cls)}
-        for k, v in data.items():
-            if k not in top:
-                raise ConfigError(f"{source}: unknown key {k!r}; known keys: {', '.join(sorted(top))}")
-            if k in sub:
-                if not isinstance(v, dict):
-                    raise ConfigError(f"{source}: {k} must be a mapping, got {type(v).__name__}")
-                kw[k] = _build(sub[k], v, f"{source}: {k}")
-            elif k == "recipe":
-                kw[k] = _recipe(v, source)
-            elif k == "exclude":
-                if isinstance(v, str) or not isinstance(v, (list, tuple)):
-                    raise ConfigError(f"{source}: exclude must be a list of module-name patterns")
-                kw[k] = tuple(str(x) for x in v)
-            else:
-                kw[k] = _typed(cls, k, v, source)
         try:
-            return cls(**kw)
-        except ConfigError as e:
+            return from_data(cls, data, "")
+        except (SchemaError, ConfigError) as e:     # ConfigError: a part's own rule (__post_init__)
             raise ConfigError(f"{source}: {e}") from None
 
     def with_(self, **changes) -> "SyncConfig":
@@ -454,58 +460,6 @@ def recommended_config(model: str, recipe: str, **kw) -> SyncConfig:
     resolution). Clean runs of the fault matrix, conformance and live sessions start from it."""
     r = get_recipe(recipe)
     return SyncConfig(model=model, recipe=r, gpu_arch=kw.pop("gpu_arch", r.native_arch), **kw)
-
-
-def _recipe(v, source) -> Recipe:
-    try:
-        if isinstance(v, str):
-            return get_recipe(v)
-        if isinstance(v, dict):
-            v = dict(v)
-            name = v.pop("name", None)
-            if name is None:
-                raise ConfigError(f"{source}: recipe mapping needs a 'name' (one of blockwise-fp32, blockwise-pow2, mxfp8)")
-            if "block_shape" in v:
-                v["block_shape"] = tuple(v["block_shape"])
-            if "act_block_shape" in v:
-                v["act_block_shape"] = tuple(v["act_block_shape"])
-            return get_recipe(name, **v)
-    except (RecipeError, TypeError) as e:
-        raise ConfigError(f"{source}: recipe: {e}") from None
-    raise ConfigError(f"{source}: recipe must be a name or a mapping, got {type(v).__name__}")
-
-
-_CHECKS = {
-    "int": lambda x: isinstance(x, int) and not isinstance(x, bool),
-    "bool": lambda x: isinstance(x, bool),
-    "str": lambda x: isinstance(x, str),
-    "float": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
-    "tuple": lambda x: isinstance(x, (list, tuple)),
-}
-
-
-def _typed(cls, key, v, source):
-    want = {f.name: f.type for f in fields(cls)}[key]
-    want = want if isinstance(want, str) else want.__name__
-    alts = [a.strip() for a in want.split("|")]
-    if v is None and "None" in alts:
-        return None
-    known = [a for a in alts if a in _CHECKS]
-    if known and not any(_CHECKS[a](v) for a in known):
-        raise ConfigError(f"{source}: {key} must be {' or '.join(alts)}, got {v!r}")
-    if "tuple" in alts and isinstance(v, list):
-        return tuple(v)
-    if "float" in alts and isinstance(v, int):
-        return float(v)
-    return v
-
-
-def _build(cls, data: dict, source: str):
-    known = {f.name for f in fields(cls)}
-    for k in data:
-        if k not in known:
-            raise ConfigError(f"{source}.{k}: unknown key; known: {', '.join(sorted(known))}")
-    return cls(**{k: _typed(cls, k, v, source) for k, v in data.items()})
 
 
 def nest(data: dict, source: str = "config") -> dict:

@@ -10,13 +10,15 @@ import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from fp8check.harness.config import SyncConfig
 from fp8check.harness.layouts import is_scale_name, rank_name, scale_name, weight_of_scale
 from fp8check.harness.memo import IdentityMemo
 from fp8check.harness.snapshot import Snapshot
 
+if TYPE_CHECKING:                   # annotations only: the job config loads where a job rule runs
+    from fp8check.harness.jobconfig import Job
 
 
 class Verdict(StrEnum):
@@ -54,13 +56,15 @@ class CheckContext:
     trainer: Snapshot | None = None      # learner's FP8 forward weights, HF names
     rollout: Snapshot | None = None      # what the sampler's kernels read, vLLM names (+ meta)
     master: Snapshot | None = None       # trainer high-precision masters, HF names
-    probes: object = None                # invariants.probes.ProbeRun: the engines' log-probs on the probe prompts
+    # the engines' log-probs on the probe prompts. Named, not imported: invariants.probes imports this module, and
+    # an import back (even under TYPE_CHECKING) is a cycle tests/test_architecture.py refuses
+    probes: "fp8check.invariants.probes.ProbeRun | None" = None
     probe_bounds: dict | None = None     # P1 bounds fixed before the run (default: derived per sync, see P1)
-    job: object = None                   # a parsed RL job config (harness.jobconfig.Job): the job rules read it
+    job: Job | None = None               # a parsed RL job config: the job rules read it
     cold: Snapshot | None = None         # a fresh engine given the same sync (the cold-vs-warm differential)
     # pure functions of the trainer's tensors the pipeline computed ahead for this sync, during the install
-    # (invariants.sync.TrainerScreens): a check takes a result only for the very tensors it was computed from
-    screens: object = None
+    # (a check takes a result only for the very tensors it was computed from; named, not imported, as `probes`)
+    screens: "fp8check.invariants.sync.TrainerScreens | None" = None
     # the payload's receive report and record digests hold for its bytes (made by this process's receiver, or
     # verified against them when a snapshot was read): a matching digest may stand for the wire's bytes
     # (`wire_verified`). False: the wire is judged by its bytes, as the engine state is

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from fp8check.harness.config import SyncConfig
+from fp8check.harness.kinds import Precision, Quantization
 from fp8check.harness.models import LINEAR
 
 SYNC_IDS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7")
@@ -44,8 +45,8 @@ class Arm:
     fp8: bool = True                    # False: every linear excluded (BF16 end to end)
     naive: bool = False                 # the round trip (run_sync(..., naive=True))
     calibrate: bool = False
-    trainer_precision: str = "fp8"      # TrainerConfig.precision: fp8 | fp8-delayed | bf16
-    engine_quantization: str = "checkpoint"     # RolloutConfig.quantization
+    trainer_precision: Precision = Precision.FP8                    # TrainerConfig.precision
+    engine_quantization: Quantization = Quantization.CHECKPOINT     # RolloutConfig.quantization
     holds: tuple[str, ...] = SYNC_IDS
     violates: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
@@ -62,21 +63,24 @@ ARMS = {a.name: a for a in (
     # the learner's delayed scale 448 / amax(previous weight) and the engine's amax(weight) / 448 agree whenever the
     # weight's amax did not move in BF16 since the last step: then the engine's codes (and sometimes the scale bits)
     # are the learner's, so S2 / S3 / S4 fail on most syncs, not on all
-    Arm("naive-fp8", trainer_precision="fp8-delayed", engine_quantization="online-per-tensor",
+    Arm("naive-fp8", trainer_precision=Precision.FP8_DELAYED, engine_quantization=Quantization.ONLINE_PER_TENSOR,
         holds=OFF_POLICY["holds"], may=OFF_POLICY["violates"], unknown=("C1",),
         job="skyrl-delayed-bf16-sync", preflight=("K5", "K21"),
         description="TE delayed-scaling learner, BF16 sync, engine quantizes per tensor (the seeds' naive)"),
     Arm("roundtrip-fp8", naive=True, holds=("S7",), violates=("S2",),
         description="FP8 learner, its FP8 dequantized to BF16, engine re-quantizes on the recipe's blocks"),
-    Arm("bf16-fp8-rollout", trainer_precision="bf16", engine_quantization="online-per-tensor", **BF16_LEARNER,
+    Arm("bf16-fp8-rollout", trainer_precision=Precision.BF16, engine_quantization=Quantization.ONLINE_PER_TENSOR,
+        **BF16_LEARNER,
         job="skyrl-bf16-fp8-rollout", preflight=("K6",),
         description="BF16 learner, engine quantizes per tensor (vLLM quantization='fp8')"),
-    Arm("bf16-block-rollout", trainer_precision="bf16", engine_quantization="online-per-block", **BF16_LEARNER,
+    Arm("bf16-block-rollout", trainer_precision=Precision.BF16, engine_quantization=Quantization.ONLINE_PER_BLOCK,
+        **BF16_LEARNER,
         job="verl-fp8-rollout", preflight=("K6",),
         description="BF16 learner, engine quantizes 128x128 blocks (vLLM fp8_per_block; verl's block rollout)"),
-    Arm("bf16-sampler", engine_quantization="none", **OFF_POLICY, job="skyrl-bf16-rollout", preflight=("K22",),
+    Arm("bf16-sampler", engine_quantization=Quantization.NONE, **OFF_POLICY, job="skyrl-bf16-rollout",
+        preflight=("K22",),
         description="FP8 learner, BF16 sampler (the engine serves the BF16 parameters)"),
-    Arm("other-grid", engine_quantization="online-per-tensor", **OFF_POLICY, job="skyrl-bf16-sync",
+    Arm("other-grid", engine_quantization=Quantization.ONLINE_PER_TENSOR, **OFF_POLICY, job="skyrl-bf16-sync",
         preflight=("K5",),
         description="FP8 learner on 128x128 blocks, sampler quantizes per tensor"),
     Arm("onpolicy-fp8", job="skyrl-onpolicy", description="FP8 learner, codes + scales installed as-is"),

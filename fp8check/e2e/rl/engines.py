@@ -39,6 +39,7 @@ from typing import Protocol
 
 from fp8check.harness.engines.protocol import RolloutEngine, TrainerEngine
 from fp8check.harness.engines.registry import get_engine, make_engine
+from fp8check.harness.kinds import Precision, Quantization
 
 RL_REQUIRED = {"trainer": ("train_step",), "rollout": ("sample",)}
 # the engines each --engine choice runs, by registered name
@@ -69,8 +70,9 @@ def unsupported(config, engines: str = "cpu") -> list[str]:
     values it runs (`precisions`), a rollout engine the `rollout.quantization` values (`quantizations`); an engine
     that declares neither runs the defaults only (an FP8 learner on its recipe, a checkpoint engine)."""
     out = []
-    for kind, setting, attr, default in (("trainer", config.trainer.precision, "precisions", "fp8"),
-                                         ("rollout", config.rollout.quantization, "quantizations", "checkpoint")):
+    for kind, setting, attr, default in (("trainer", config.trainer.precision, "precisions", Precision.FP8),
+                                         ("rollout", config.rollout.quantization, "quantizations",
+                                          Quantization.CHECKPOINT)):
         name = ENGINE_SETS[engines][kind]
         have = getattr(get_engine(kind, name).factory, attr, (default,))
         if setting not in have:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from fp8check.harness.config import recommended_config
+from fp8check.harness.kinds import Quantization
 from fp8check.harness.sync.pipeline import DigestFirst, FullRead, run_sync
 from fp8check.invariants import by_invariant
 from fp8check.invariants.probes import probe_metrics
@@ -101,7 +102,8 @@ def run_arm(arm_name: str, seed: int, steps: int, settings: LoopSettings = LoopS
     trainer, rollout, owned = build_engines(cfg, settings.engines, trainer_kwargs={"lr": settings.lr})
     # digest-first where the engine must hold the learner's bytes (a checkpoint engine); an engine that quantizes
     # the BF16 it is handed, or serves it, mismatches every FP8 parameter by design: read it whole
-    capture = DigestFirst() if settings.engines != "cpu" and cfg.rollout.quantization == "checkpoint" else FullRead()
+    digest_first = settings.engines != "cpu" and cfg.rollout.quantization is Quantization.CHECKPOINT
+    capture = DigestFirst() if digest_first else FullRead()
     try:
         warm = [trainer.train_step(task.supervised(task.prompts(settings.prompts_per_step * n, _seed(seed, w, 3))),
                                    SFTLoss())["loss"] for w in range(settings.warmup_steps)]

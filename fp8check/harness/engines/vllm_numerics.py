@@ -13,6 +13,7 @@ The online rules (an engine quantizing the BF16 it is handed) are harness.numeri
 """
 from __future__ import annotations
 
+from ..kinds import Granularity
 from ..layouts import rank_name
 from ..record import PostLoad
 
@@ -35,15 +36,15 @@ def declared_post_load(config, fp8_params: list[tuple[int, str, tuple]], ue8m0: 
     """fp8_params: (rank, vLLM name, engine-local shape) of every FP8 weight the engine holds; `ue8m0`: the
     engine's own UE8M0 requantization setting where it was read from the engine."""
     params = sorted(rank_name(n, r, config.rollout.tp_size) for r, n, shp in fp8_params
-                    if config.engine_recipe.granularity == "block" and requant_applies(config, n, shp, ue8m0))
+                    if config.engine_recipe.granularity is Granularity.BLOCK and requant_applies(config, n, shp, ue8m0))
     return PostLoad("ue8m0_requant" if params else "identity", params, list(config.recipe.block_shape))
 
 
 def declared_act_quant(config, ue8m0: bool | None = None) -> str:
     if not config.engine_fp8_tensors:
         return "none"
-    if config.engine_recipe.granularity == "tensor":
+    if config.engine_recipe.granularity is Granularity.TENSOR:
         return "vllm-per-token"          # the per-tensor online method: dynamic per-token activation scales
-    if config.recipe.granularity == "mxfp8":
+    if config.recipe.granularity is Granularity.MXFP8:
         return "mxfp8"
     return "vllm-ue8m0" if (config.requant_ue8m0 if ue8m0 is None else ue8m0) else "vllm"

@@ -1,6 +1,7 @@
 """Recipe: what FP8 format a weight sync carries. One frozen dataclass, validated once; named recipes."""
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -8,18 +9,21 @@ if TYPE_CHECKING:                       # torch is imported where a tensor is ma
     import torch
 
 from ..errors import RecipeError, did_you_mean  # noqa: F401 - RecipeError raised here, defined with the other input errors
+from ..kinds import Granularity, ScaleFormat, member, values
+from ..schema import SchemaError, from_data
 from .constants import FP8_FORMATS, MX_BLOCK
 
-GRANULARITIES = ("block", "mxfp8", "tensor")
-SCALE_FORMATS = ("fp32", "pow2", "e8m0")
+# the values as plain strings: what error messages and pre-flight's choices list
+GRANULARITIES = values(Granularity)
+SCALE_FORMATS = values(ScaleFormat)
 
 
 @dataclass(frozen=True)
 class Recipe:
     name: str
     fp8_format: str = "e4m3"
-    granularity: str = "block"
-    scale_format: str = "fp32"
+    granularity: Granularity = Granularity.BLOCK      # a string is taken as its member
+    scale_format: ScaleFormat = ScaleFormat.FP32
     amax_epsilon: float = 0.0
     block_shape: tuple[int, int] = (128, 128)       # weights
     act_block_shape: tuple[int, int] = (1, 128)     # activations / gradients
@@ -27,11 +31,14 @@ class Recipe:
     def __post_init__(self):
         if self.fp8_format not in FP8_FORMATS:
             raise RecipeError(f"recipe {self.name!r}: fp8_format must be one of {sorted(FP8_FORMATS)}, got {self.fp8_format!r}")
-        if self.granularity not in GRANULARITIES:
+        g, s = member(Granularity, self.granularity), member(ScaleFormat, self.scale_format)
+        if g is None:
             raise RecipeError(f"recipe {self.name!r}: granularity must be one of {GRANULARITIES}, got {self.granularity!r}")
-        if self.scale_format not in SCALE_FORMATS:
+        if s is None:
             raise RecipeError(f"recipe {self.name!r}: scale_format must be one of {SCALE_FORMATS}, got {self.scale_format!r}")
-        if (self.granularity == "mxfp8") != (self.scale_format == "e8m0"):
+        object.__setattr__(self, "granularity", g)          # frozen: the one coercion, before anything reads them
+        object.__setattr__(self, "scale_format", s)
+        if (g is Granularity.MXFP8) != (s is ScaleFormat.E8M0):
             raise RecipeError(f"recipe {self.name!r}: e8m0 scales go with mxfp8 granularity and only with it")
         for what in ("block_shape", "act_block_shape"):
             v = getattr(self, what)
@@ -42,9 +49,35 @@ class Recipe:
             raise RecipeError(f"recipe {self.name!r}: amax_epsilon must be a number, got {self.amax_epsilon!r}")
         if self.amax_epsilon < 0:
             raise RecipeError(f"recipe {self.name!r}: amax_epsilon must be >= 0, got {self.amax_epsilon}")
-        if self.granularity == "mxfp8":
+        if g is Granularity.MXFP8:
             object.__setattr__(self, "block_shape", (1, MX_BLOCK))
             object.__setattr__(self, "act_block_shape", (1, MX_BLOCK))
+
+    @classmethod
+    def __from_data__(cls, value, where: str) -> "Recipe":
+        """The schema's reading of a recipe (harness.schema): a name, or a mapping with a `name` and fields that
+        override that recipe's, each checked against its annotation. Raises SchemaError naming `where`."""
+        if isinstance(value, cls):
+            return value
+        try:
+            if isinstance(value, str):
+                return get_recipe(value)
+            if isinstance(value, dict):
+                over = dict(value)
+                name = over.pop("name", None)
+                if name is None:
+                    raise SchemaError(f"{where} mapping needs a 'name' (one of {', '.join(RECIPES)})")
+                if not isinstance(name, str):
+                    raise SchemaError(f"{where}.name must be a recipe name (one of {', '.join(RECIPES)})")
+                hints = {f: t for f, t in typing.get_type_hints(cls).items() if f != "name"}
+                for k in over:
+                    if k not in hints:
+                        raise SchemaError(f"{where}: unknown key {k!r}{did_you_mean(k, hints)}; expected keys: name, "
+                                          f"{', '.join(sorted(hints))}")
+                return get_recipe(name, **{k: from_data(hints[k], v, f"{where}.{k}") for k, v in over.items()})
+        except RecipeError as e:
+            raise SchemaError(f"{where}: {e}") from None
+        raise SchemaError(f"{where} must be a name or a mapping, got {type(value).__name__}")
 
     @property
     def fp8_dtype(self) -> torch.dtype:
@@ -55,7 +88,7 @@ class Recipe:
     def scale_dtype(self) -> torch.dtype:
         import torch
         from .constants import E8M0
-        return E8M0 if self.scale_format == "e8m0" else torch.float32
+        return E8M0 if self.scale_format is ScaleFormat.E8M0 else torch.float32
 
     @property
     def native_arch(self) -> str:
@@ -63,16 +96,16 @@ class Recipe:
 
     @property
     def pow2(self) -> bool:
-        return self.scale_format in ("pow2", "e8m0")
+        return self.scale_format in (ScaleFormat.POW2, ScaleFormat.E8M0)
 
     def quantize_weight(self, w: torch.Tensor):
         """The trainer's FP8 forward weight: (codes, scale_inv) in the wire layout."""
         from .mxfp8 import quantize_mxfp8
         from .per_tensor import quantize_per_tensor
-        if self.granularity == "block":
+        if self.granularity is Granularity.BLOCK:
             return blockwise_quantizer(w)(w, self.block_shape, pow2=self.pow2, amax_epsilon=self.amax_epsilon,
                                           fp8_dtype=self.fp8_dtype)
-        if self.granularity == "mxfp8":
+        if self.granularity is Granularity.MXFP8:
             return quantize_mxfp8(w, self.fp8_dtype, self.block_shape[1])
         return quantize_per_tensor(w, amax_epsilon=self.amax_epsilon, pow2=self.pow2, fp8_dtype=self.fp8_dtype)
 
@@ -80,16 +113,16 @@ class Recipe:
         from .blockwise import dequantize_blockwise
         from .mxfp8 import dequantize_mxfp8
         from .per_tensor import dequantize_per_tensor
-        if self.granularity == "block":
+        if self.granularity is Granularity.BLOCK:
             return dequantize_blockwise(codes, scale_inv, self.block_shape)
-        if self.granularity == "mxfp8":
+        if self.granularity is Granularity.MXFP8:
             return dequantize_mxfp8(codes, scale_inv, self.block_shape[1])
         return dequantize_per_tensor(codes, scale_inv)
 
     def scale_grid(self, shape) -> tuple[int, ...]:
         """Wire shape of the scale tensor for a weight of `shape` (leading expert dims kept)."""
         lead = tuple(shape[:-2])
-        if self.granularity == "tensor":
+        if self.granularity is Granularity.TENSOR:
             return lead + (1,)              # one scale per tensor (a stack of experts: one per expert)
         bn, bk = self.block_shape
         return lead + (-(-shape[-2] // bn), -(-shape[-1] // bk))
@@ -98,7 +131,7 @@ class Recipe:
 # The GPU architecture each granularity runs on natively (one source: SyncConfig.arch, recommended configs, the
 # Hypothesis strategies and pre-flight's `fp8_recipe: auto` all read it): Hopper's blockwise FP8 GEMMs, Blackwell's
 # MXFP8 ones. `recipe_for_arch` is the inverse rule RL stacks apply to `auto` (SkyRL: blockwise below sm100).
-NATIVE_ARCH = {"block": "sm90", "tensor": "sm90", "mxfp8": "sm100"}
+NATIVE_ARCH = {Granularity.BLOCK: "sm90", Granularity.TENSOR: "sm90", Granularity.MXFP8: "sm100"}
 
 
 def blockwise_quantizer(x: torch.Tensor):
@@ -127,9 +160,9 @@ def recipe_for_arch(arch: str) -> str:
 
 
 RECIPES = {
-    "blockwise-fp32": Recipe("blockwise-fp32", scale_format="fp32"),
-    "blockwise-pow2": Recipe("blockwise-pow2", scale_format="pow2"),
-    "mxfp8": Recipe("mxfp8", granularity="mxfp8", scale_format="e8m0"),
+    "blockwise-fp32": Recipe("blockwise-fp32", scale_format=ScaleFormat.FP32),
+    "blockwise-pow2": Recipe("blockwise-pow2", scale_format=ScaleFormat.POW2),
+    "mxfp8": Recipe("mxfp8", granularity=Granularity.MXFP8, scale_format=ScaleFormat.E8M0),
 }
 
 

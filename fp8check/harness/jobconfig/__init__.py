@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ..config import ConfigError, PackingConfig, RolloutConfig, SyncConfig, TrainerConfig, matches
 from ..formats import get_recipe
+from ..kinds import Granularity, Precision, Quantization, ScaleFormat
 from ..models import LINEAR, MODELS, SHIPPED, ModelError, get_model
 from . import skyrl_spec, stacks
 from .defaults import STACK_DEFAULTS
@@ -290,7 +291,7 @@ def _sync_config(r: stacks.Reader, model_name: str) -> SyncConfig:
     trainer_recipe = f["recipe"].value if f["recipe"].value in CHECKED_RECIPES else \
         ("mxfp8" if stacks.arch_major(f["gpu"].value) >= 10 else "blockwise")
     nvte = f["env.trainer.NVTE_FP8_BLOCK_SCALING_FP32_SCALES"]
-    trainer_scales = "fp32" if nvte.value == "1" else "pow2"
+    trainer_scales = ScaleFormat.FP32 if nvte.value == "1" else ScaleFormat.POW2
     fmt, rscales = f["rollout_format"].value, f["rollout_scales"].value
     if fmt == "mxfp8":
         name = "mxfp8"
@@ -300,7 +301,7 @@ def _sync_config(r: stacks.Reader, model_name: str) -> SyncConfig:
         name = "mxfp8" if trainer_recipe == "mxfp8" else f"blockwise-{trainer_scales}"
     recipe = get_recipe(name)
     fp8_trainer = bool(f["fp8_training"].value)
-    scale_applies = recipe.granularity == "block" and (fp8_trainer or job.stack in ("skyrl", "fp8check"))
+    scale_applies = recipe.granularity is Granularity.BLOCK and (fp8_trainer or job.stack in ("skyrl", "fp8check"))
     if fmt:
         job.sources["recipe"] = (f["rollout_format"].key, f"{name} (the rollout's FP8; trainer recipe "
                                  f"{f['recipe'].value if fp8_trainer else 'none: BF16 training'})")
@@ -347,20 +348,21 @@ def _sync_config(r: stacks.Reader, model_name: str) -> SyncConfig:
         raise ConfigError(f"{source}: fp8check.seed must be >= 0, got {seed}")
     # how the engine gets FP8: an FP8 learner's engine that is not FP8 at all is a BF16 sampler; SkyRL without an
     # FP8 weight sync hands vLLM (quantization=fp8 on a BF16 checkpoint) BF16 to quantize online, per tensor
-    quantization = "checkpoint"
+    quantization = Quantization.CHECKPOINT
     if fp8_trainer and not fmt:
-        quantization = "none"
+        quantization = Quantization.NONE
     elif job.stack == "skyrl" and fmt and f["sync"].value == "naive":
-        quantization = "online-per-tensor"
+        quantization = Quantization.ONLINE_PER_TENSOR
     elif job.stack == "nemo-rl" and fmt == "blockwise":
         # a block-FP8 checkpoint engine whose load_weights quantizes each BF16 tensor of the refit
-        quantization = "nemo-rl-blockwise"
+        quantization = Quantization.NEMO_RL_BLOCKWISE
         job.sources["rollout.quantization"] = (f["rollout_format"].key, "nemo-rl-blockwise (NeMo RL's load_weights "
                                                "quantizes each BF16 tensor: cast_tensor_to_fp8_blockwise, "
                                                "quantization/fp8.py:476-620)")
-    precision = "fp8"
-    if quantization != "checkpoint":      # (a checkpoint engine installs FP8 bytes: some sender made them)
-        precision = ("fp8-delayed" if f["recipe"].value == "delayed" else "fp8") if fp8_trainer else "bf16"
+    precision = Precision.FP8
+    if quantization is not Quantization.CHECKPOINT:   # (a checkpoint engine installs FP8 bytes: some sender made them)
+        precision = (Precision.FP8_DELAYED if f["recipe"].value == "delayed" else Precision.FP8) if fp8_trainer \
+            else Precision.BF16
     try:
         return SyncConfig(
             model=model_name, recipe=recipe, sync_mode=f["sync"].value, exclude=tuple(exclude),

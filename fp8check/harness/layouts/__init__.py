@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:     # torch is imported where a tensor is made (pre-flight imports this without it)
     import torch
 
+from ..kinds import Granularity
 from ..lazy import LazyMap
 from ..models import ModelSpec
 from .megatron import megatron_pieces
@@ -63,12 +64,12 @@ class LayoutMap:
     tp: int = 1
     # the engine's scale grid: "block" (the recipe's blocks: a checkpoint engine, online per block) or "tensor"
     # (one scale per fused parameter: online per tensor); the trainer and the wire always use the recipe's blocks
-    engine_granularity: str = "block"
+    engine_granularity: Granularity = Granularity.BLOCK
     # HF weight names the engine holds as FP8 (None: fp8_hf; empty: an engine serving BF16)
     engine_fp8_hf: frozenset | None = None
     # the learner's scale grid: "block" (the recipe) or "tensor" (one scale per Megatron tensor: TE delayed
     # scaling; in checkpoint names each member of a fused tensor carries that one scale, [1])
-    trainer_granularity: str = "block"
+    trainer_granularity: Granularity = Granularity.BLOCK
     # HF members of a trainer-fused FP8 GEMM that travel and are served in high precision (`SyncConfig.split_tensors`):
     # smaller than a block and inside one block row of the fused tensor (Qwen3.5's GDN b and a), each reads that
     # block row's scale in checkpoint names
@@ -122,7 +123,7 @@ class LayoutMap:
         return self._memo(("trainer_scales",), self._make_trainer_scale_pieces)
 
     def _make_trainer_scale_pieces(self) -> list[Piece]:
-        if self.trainer_granularity == "tensor":
+        if self.trainer_granularity == Granularity.TENSOR:     # == : a caller may pass the string
             return [Piece(scale_name(p.src), scale_name(p.dst), 0, 0, 1) for p in self.megatron
                     if p.src in self.fp8_megatron]
         bn, bk = self.block_shape
@@ -142,7 +143,7 @@ class LayoutMap:
         return out
 
     def _trainer_scale_shapes(self, shapes: dict, fp8) -> dict:
-        if self.trainer_granularity == "tensor":
+        if self.trainer_granularity == Granularity.TENSOR:     # == : a caller may pass the string
             return {scale_name(n): (1,) for n in fp8}
         return self._scale_shapes(shapes, fp8)
 
@@ -176,7 +177,7 @@ class LayoutMap:
     # -- wire (HF) -> rollout (vLLM, per rank) -------------------------------------------------------------
     @property
     def per_tensor_engine(self) -> bool:
-        return self.engine_granularity == "tensor"
+        return self.engine_granularity == Granularity.TENSOR
 
     def vllm_param_shapes(self, rank: int = 0) -> dict[str, tuple]:
         """Engine parameter (and scale) -> shape on `rank`: made once per map, shared (callers never write it)."""

@@ -30,6 +30,7 @@ from ..formats import Recipe, dequantize_mxfp8, quantize_mxfp8
 from ..formats.blockwise import dequantize_blockwise, to_float
 from ..formats.cast import cast_to_fp8
 from ..formats.recipe import blockwise_quantizer
+from ..kinds import Granularity
 from ..layouts import is_scale_name, scale_name, split_layer
 from ..lazy import LazyMap
 from ..models import ModelSpec
@@ -39,7 +40,7 @@ ActQuant = Callable[[torch.Tensor], torch.Tensor]
 
 def te_act_quant(recipe: Recipe) -> ActQuant:
     """Transformer Engine: activations in 1x128 blocks, same amax -> scale rule as the weights."""
-    if recipe.granularity == "mxfp8":
+    if recipe.granularity is Granularity.MXFP8:
         return lambda x: dequantize_mxfp8(*quantize_mxfp8(x, recipe.fp8_dtype))
     block = (1, recipe.act_block_shape[1])
 
@@ -52,7 +53,7 @@ def te_act_quant(recipe: Recipe) -> ActQuant:
 
 def vllm_act_quant(recipe: Recipe, ue8m0: bool = False) -> ActQuant:
     """vLLM `per_token_group_quant_fp8` (group 128): s = max(amax, 1e-10) / 448, q = clamp(x / s)."""
-    if recipe.granularity == "mxfp8":
+    if recipe.granularity is Granularity.MXFP8:
         return lambda x: dequantize_mxfp8(*quantize_mxfp8(x, recipe.fp8_dtype))
     g = recipe.act_block_shape[1]
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from ..formats.constants import E4M3_MAX
+from ..kinds import ScaleFormat
 
 NEMO_RL_COMMIT = "7ea279abfbeb698b092856d0dab61e7cf39bc909"
 NEMO_RL_FP8 = "nemo_rl/models/generation/vllm/quantization/fp8.py"
@@ -72,7 +73,7 @@ def quantize(w: torch.Tensor, recipe, cast=None):
     """One checkpoint tensor as NeMo RL's load path quantizes it, on the engine's grid (`recipe`: blockwise, FP32
     or power-of-two scales). `cast`: the 2-D quantizer (default: `cast_to_fp8_blockwise`; NeMo RL's own
     function can stand in, called as NeMo calls it: float32 in, `weight_block_size` as a list)."""
-    pow2 = recipe.scale_format == "pow2"
+    pow2 = recipe.scale_format is ScaleFormat.POW2
     if cast is None:
         return cast_to_fp8_blockwise(w, tuple(recipe.block_shape), pow2, recipe.fp8_dtype)
     q, s = cast(w.to(torch.float), weight_block_size=list(recipe.block_shape))

@@ -27,6 +27,7 @@ import torch
 from ..formats.blockwise import pad_blocks
 from ..formats.cast import cast_to_fp8
 from ..formats.constants import E4M3_MAX
+from ..kinds import Granularity
 
 MIN_SCALING_FACTOR = 1.0 / (E4M3_MAX * 512.0)      # vLLM's min_scaling_factor<e4m3>
 
@@ -108,12 +109,12 @@ def online_quantize(w: torch.Tensor, recipe):
     scale per parameter, routed experts ([E, N, K]) one per expert (scale [E, 1]); per block: `per_block_cast_to_fp8`;
     MXFP8: the OCP rule. Codes are in checkpoint orientation ([N, K]): vLLM's per-tensor method stores their
     transpose, which its adapter undoes when it reads them."""
-    if recipe.granularity == "tensor":
+    if recipe.granularity is Granularity.TENSOR:
         if w.dim() > 2:
             parts = [scaled_fp8_quant_per_tensor(x, recipe.fp8_dtype) for x in w]
             return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
         return scaled_fp8_quant_per_tensor(w, recipe.fp8_dtype)
-    if recipe.granularity == "mxfp8":
+    if recipe.granularity is Granularity.MXFP8:
         from ..formats import quantize_mxfp8
         return quantize_mxfp8(w, recipe.fp8_dtype)
     return per_block_cast_to_fp8(w.float(), recipe.block_shape, recipe.fp8_dtype)

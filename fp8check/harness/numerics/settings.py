@@ -3,6 +3,8 @@
 the two, so the checks import no engine code."""
 from __future__ import annotations
 
+from ..kinds import Granularity, Quantization
+
 
 def _kv_dtype(d):
     return "fp8_e4m3" if d == "fp8" else d          # vLLM: "fp8" is E4M3 on CUDA
@@ -12,9 +14,10 @@ def config_settings(config) -> dict:
     """The engine settings a config implies, in the vocabulary engines report them (EngineRecord.settings, C10):
     the quantization method its linears run, the weight block size, the KV-cache dtype, DeepGEMM / E8M0."""
     q = config.rollout.quantization
-    block = config.engine_recipe.granularity == "block" and q != "none"
-    method = {"online-per-block": "fp8-online-per-block", "online-per-tensor": "fp8-online-per-tensor",
-              "none": "bf16"}.get(q, "fp8-block" if block else config.recipe.granularity)
+    block = config.engine_recipe.granularity is Granularity.BLOCK and q is not Quantization.NONE
+    method = {Quantization.ONLINE_PER_BLOCK: "fp8-online-per-block",
+              Quantization.ONLINE_PER_TENSOR: "fp8-online-per-tensor",
+              Quantization.NONE: "bf16"}.get(q, "fp8-block" if block else str(config.recipe.granularity))
     return {"method": method,
             "weight_block_size": list(config.recipe.block_shape) if block else None,
             "kv_cache_dtype": _kv_dtype(config.rollout.kv_cache_dtype),

@@ -4,6 +4,8 @@ at start (the vLLM adapter in its workers, the device path in the trainer's proc
 outlives the call but the compiled kernels."""
 from __future__ import annotations
 
+from ..kinds import Granularity, ScaleFormat
+
 
 def warm_kernels(device, recipe=None) -> list[str]:
     """Launch every kernel variant a sync's capture and checks use, on tiny inputs on `device` (the quantizer's in
@@ -32,8 +34,8 @@ def warm_kernels(device, recipe=None) -> list[str]:
     s = torch.ones(2, 2, dtype=torch.float32, device=device)
     zb._kernel_flags([(q, s), (q[:, 4:132], s[:, :1].contiguous())], (128, 128))
     done.append("zero_blocks")
-    if tb.triton is not None and recipe is not None and recipe.granularity == "block":
-        pow2, eps = recipe.scale_format == "pow2", float(recipe.amax_epsilon)
+    if tb.triton is not None and recipe is not None and recipe.granularity is Granularity.BLOCK:
+        pow2, eps = recipe.scale_format is ScaleFormat.POW2, float(recipe.amax_epsilon)
         w = torch.randn(256, 256, device=device)
         for x, block in ((w.bfloat16(), tuple(recipe.block_shape)), (w, tuple(recipe.block_shape)), (w, (1, 128))):
             tb.quantize_blockwise_triton(x, block_shape=block, pow2=pow2, amax_epsilon=eps)
