@@ -154,9 +154,10 @@ def _block_shift(c, p, ctx, index=0):
     return replace_tensor(p, scale_name(n), roll_rows(p.tensors[scale_name(n)], 1))
 
 
-register(Fault("rows_shifted_one_block", "layouts", "payload", ("S2", "S3", "S4"),
+register(Fault("rows_shifted_one_block", "layouts", "payload", ("S2", "S4"),
                "one weight's rows (and scale rows) rotated by one 128-row block (an off-by-one shard offset)",
-               _block_shift, applies=lambda c: c.recipe.granularity is Granularity.BLOCK, silent=True))
+               _block_shift, applies=lambda c: c.recipe.granularity is Granularity.BLOCK, silent=True,
+               may=("S3",)))   # neighbouring block rows may hold equal power-of-two scales (the property test found one)
 
 
 def _grid_1x128(c, p, ctx, index=0):
