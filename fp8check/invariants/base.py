@@ -64,7 +64,7 @@ class CheckContext:
     cold: Snapshot | None = None         # a fresh engine given the same sync (the cold-vs-warm differential)
     # pure functions of the trainer's tensors the pipeline computed ahead for this sync, during the install
     # (a check takes a result only for the very tensors it was computed from; named, not imported, as `probes`)
-    screens: "fp8check.invariants.sync.TrainerScreens | None" = None
+    screens: "fp8check.invariants.screens.TrainerScreens | None" = None
     # the payload's receive report and record digests hold for its bytes (made by this process's receiver, or
     # verified against them when a snapshot was read): a matching digest may stand for the wire's bytes
     # (`wire_verified`). False: the wire is judged by its bytes, as the engine state is
