@@ -27,6 +27,7 @@ Fault stages (a fault is any object with `stage`, `apply`, `params`, `setup`, an
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from ..config import SyncConfig
 from ..layouts import LayoutError
@@ -218,8 +219,8 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
         record.resync = Resync(deferred=True)
     elif resync and not errors:   # one more install, by definition as dear as one (timed apart)
         with clock("resync"):
-            record.resync = stages.resync(config, capture, rollout, got, (n for n, *_ in items), lambda: rollout.install(
-                items, version, direct=direct, knobs=hooks.engine_knobs))
+            again = partial(rollout.install, items, version, direct=direct, knobs=hooks.engine_knobs)
+            record.resync = stages.resync(config, capture, rollout, got, (n for n, *_ in items), again)
     record.version, record.errors = version, errors
     clock.capture_memory()
     res = SyncResult(config, version, wire.sent, wire.received, wire.report,

@@ -16,7 +16,7 @@ class Clock:
 
     def __init__(self):
         self.t: dict = {}
-        self._mem = None
+        self._mem = self._mem_checks = None       # CUDA memory where the capture, then the checks, began
 
     @contextlib.contextmanager
     def __call__(self, key: str):
