@@ -91,9 +91,8 @@ def failed(findings, allow_unknown: bool = False) -> bool:
 
 def run_state_checks(ctx, ids=None) -> list:
     """The state checks over a sync someone else performed (the one road's check stage). Default: STATE_CHECKS
-    as a selection (those whose condition the config has: R1 on a BF16 KV cache would judge scales no kernel
-    reads; on the H200 a plain vLLM 0.26 engine boots them at a random dummy value); `ids` named by the caller run
-    even where it has not."""
+    as a selection, those whose condition the config has; `ids` named by the caller run even where it has not."""
+    # a selection: R1 on a BF16 KV cache would judge scales no kernel reads (vLLM boots them at a dummy value)
     from ..sync.stages import check
     return check(ctx, ids=list(STATE_CHECKS if ids is None else ids), force=ids is not None).findings
 

@@ -58,9 +58,9 @@ def fp8check_trainer(fp8check_config):
 
 @pytest.fixture(scope="session")
 def _fp8check_live_engines():
-    """Live engines by configuration, started when a test first needs one and kept for the session: a vLLM start is
-    about 30 s, and an engine starting while another process frees GPU memory fails vLLM's memory profiling
-    ("Error in memory profiling"), which closing one engine per test provoked on the H200."""
+    """Live engines by configuration, started when a test first needs one and closed when the session ends."""
+    # kept for the session: a vLLM start is dear, and an engine starting while another process frees GPU memory
+    # fails vLLM's memory profiling ("Error in memory profiling"), which closing one engine per test provoked
     engines: dict = {}
     yield engines
     while engines:

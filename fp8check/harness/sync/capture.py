@@ -142,11 +142,10 @@ _OPEN.set()
 
 @contextlib.contextmanager
 def ahead_held():
-    """Work begun with `start_ahead` inside the block starts when it ends (the caller then waits for the engine,
-    leaving the interpreter free): started at once, the background thread held the interpreter while the caller
-    made its next hand-offs, each of which then waited up to the switch interval (5 ms; the capture's `begin`
-    took 2.7-4.3 ms in 4 of 7 syncs at Qwen3-8B x 12 on the H200, 0.4-0.6 in the others). Nothing inside the
-    block may wait for that work."""
+    """Work begun with `start_ahead` inside the block starts when it ends, also when the block raises. Nothing
+    inside the block may wait for that work."""
+    # started at once, the background thread would hold the interpreter while the caller makes its next hand-offs
+    # (each then waits up to the switch interval); after the block the caller only waits for the engine
     _OPEN.clear()
     try:
         yield
