@@ -200,7 +200,6 @@ def test_no_engine_imports_the_faults():
 TEST_FLAG_NAME = re.compile(r"_(ON|OFF)_(CPU|CUDA|GPU|DEVICE)$")
 TEST_FLAG_COMMENT = re.compile(r"^#\s*(tests?|for tests|only tests)\b", re.IGNORECASE)
 TEST_DIRS = ("tests", "examples")
-FLAGS_BEING_REMOVED = {"BACKGROUND_ON_CPU"}      # removed by the i44-road branch; drop at merge
 
 
 def _upper(name: str) -> bool:
@@ -238,7 +237,7 @@ FLAGS = {(module, name): where for module, path in ALL for name, where in module
 def test_no_production_module_declares_a_test_flag():
     """No module-level bool whose name (`*_ON_CPU`, `*_OFF_CUDA`) or comment (`# tests: ...`) says tests flip it."""
     bad = [f"{module}:{line} {name} {comment}" for (module, name), (line, comment) in sorted(FLAGS.items())
-           if says_test_flag(name, comment) and name not in FLAGS_BEING_REMOVED]
+           if says_test_flag(name, comment)]
     assert bad == [], "production reads a flag tests flip; let the caller pass the choice:\n" + "\n".join(bad)
 
 
@@ -301,7 +300,7 @@ def flipped_flags(source: str, flags=None) -> list[str]:
         modules_of.setdefault(name, []).append(module)
     out = []
     for line, target, name in flag_writes(tree):
-        if name not in modules_of or name in FLAGS_BEING_REMOVED:
+        if name not in modules_of:
             continue
         dotted = target.strip("'\"")
         root, _, rest = dotted.partition(".")

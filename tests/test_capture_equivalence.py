@@ -98,8 +98,6 @@ def test_expected_digests_begun_before_the_install_find_the_same(name, e8m0, mon
     leaves a parameter alone and recomputes the rest (vLLM's UE8M0 requantization: every FP8 weight). Same
     findings as a full read, and the begun digests used."""
     from dataclasses import replace
-    from fp8check.harness.sync import capture as capture_mod
-    monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
     fault = FAULTS[name] if name else None
     base = recommended_config("tiny-dense", "blockwise-fp32")
     if e8m0:
@@ -111,7 +109,7 @@ def test_expected_digests_begun_before_the_install_find_the_same(name, e8m0, mon
             pytest.skip(f"{name} does not apply")
         cfg = fault_config(base, fault)
         try:
-            res, _, _ = reference_sync(cfg, fault=fault, probes=True, capture=capture)
+            res, _, _ = reference_sync(cfg, fault=fault, probes=True, capture=capture, ahead_on_cpu=True)
         except _EXPECTED as e:
             results.append((None, _expected(fault, e)))
             continue
@@ -133,11 +131,10 @@ def test_expected_digests_that_fail_before_the_install_are_computed_in_the_captu
 
     def broken(self, stream=None):
         raise RuntimeError("CUDA out of memory (injected)")
-    monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
     monkeypatch.setattr(capture_mod._Ahead, "_run", broken)
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
-    full, _, _ = reference_sync(cfg, probes=True, capture=FullRead())
-    first, _, _ = reference_sync(cfg, probes=True, capture=DigestFirst())
+    full, _, _ = reference_sync(cfg, probes=True, capture=FullRead(), ahead_on_cpu=True)
+    first, _, _ = reference_sync(cfg, probes=True, capture=DigestFirst(), ahead_on_cpu=True)
     text = lambda fs: [json.dumps(f.to_json(), sort_keys=True, default=str) for f in fs]   # noqa: E731
     assert text(first.findings) == text(full.findings) and not first.fired and first.fetched == 0
     assert "capture.expected_ahead" not in first.seconds
@@ -181,7 +178,6 @@ def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model,
     install on the GPU path (`invariants.screens.trainer_screens`; here on the CPU through the same thread): the same
     findings as S3 screening every tensor itself, and S3 read no trainer scale again."""
     import fp8check.invariants.screens as iscreens
-    from fp8check.harness.sync import capture as capture_mod
     fault = (TRAINER_SCALE_FAULTS.get(name) or FAULTS[name]) if name else None
     base = recommended_config(model, recipe)
     if fault is not None and not fault.applies(base):
@@ -193,10 +189,9 @@ def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model,
                         real(tensors, masks, mode))
     results = []
     for ahead in (False, True):
-        monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", ahead)
         screened.clear()
         try:
-            res, _, _ = reference_sync(cfg, fault=fault, probes=True, capture=DigestFirst())
+            res, _, _ = reference_sync(cfg, fault=fault, probes=True, capture=DigestFirst(), ahead_on_cpu=ahead)
         except _EXPECTED as e:
             results.append((None, _expected(fault, e), []))
             continue
@@ -213,14 +208,13 @@ def test_the_trainer_screens_begun_beside_the_install_find_the_same(name, model,
                        for f in res.findings), name
 
 
-def test_the_trainer_screens_begin_only_where_s3_runs(monkeypatch):
+def test_the_trainer_screens_begin_only_where_s3_runs():
     """S3 is their one reader: a sync checking other invariants only (a live fault's own ids) begins none."""
     import fp8check.invariants.screens as iscreens
-    from fp8check.harness.sync import capture as capture_mod
-    monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
-    assert isinstance(reference_sync(cfg, capture=DigestFirst(), check_ids=["S3"])[0].screens, iscreens.TrainerScreens)
-    assert reference_sync(cfg, capture=DigestFirst(), check_ids=["S1", "S2"])[0].screens is None
+    assert isinstance(reference_sync(cfg, capture=DigestFirst(), check_ids=["S3"], ahead_on_cpu=True)[0].screens,
+                      iscreens.TrainerScreens)
+    assert reference_sync(cfg, capture=DigestFirst(), check_ids=["S1", "S2"], ahead_on_cpu=True)[0].screens is None
 
 
 def test_a_trainer_tensor_written_after_its_screen_is_screened_again():
@@ -257,17 +251,16 @@ def test_work_begun_inside_ahead_held_starts_when_the_block_ends(monkeypatch):
     result are as if started at once, and an error inside the block still opens the gate."""
     import threading
     import time as _time
-    monkeypatch.setattr(capture_mod, "BACKGROUND_ON_CPU", True)
     started = threading.Event()
     hf = {"w": torch.zeros(2)}
     with capture_mod.ahead_held():
-        first = capture_mod.start_ahead(lambda: (started.set(), 1)[1], hf)
-        second = capture_mod.start_ahead(lambda: 2, hf)
+        first = capture_mod.start_ahead(lambda: (started.set(), 1)[1], hf, on_cpu=True)
+        second = capture_mod.start_ahead(lambda: 2, hf, on_cpu=True)
         _time.sleep(0.05)
         assert not started.is_set()                     # held until the block ends
     assert (first.result(timeout=10), second.result(timeout=10)) == (1, 2) and started.is_set()
     with pytest.raises(RuntimeError):
         with capture_mod.ahead_held():
-            third = capture_mod.start_ahead(lambda: 3, hf)
+            third = capture_mod.start_ahead(lambda: 3, hf, on_cpu=True)
             raise RuntimeError("a hand-off failed")
     assert third.result(timeout=10) == 3

@@ -1,6 +1,9 @@
 """The fault matrix's speed-ups give the answers they replace: the receiver's digest check beside the sender
-(`_digests_ok`, with or without the packing's record) equals hashing the received bytes, and the reference
+(`_digests_ok`, with or without the packing's record; `transport.beside_the_sender`, the receive the matrix passes
+to `run_sync`) equals hashing the received bytes, and the reference
 forwards shared by content (`FORWARDS`) are the forwards of the engine they are asked for."""
+import json
+
 import pytest
 import torch
 
@@ -77,6 +80,25 @@ def test_bytes_known_from_the_packing_are_judged_as_hashed_ones(monkeypatch):
     buckets[0].data = buckets[0].data.clone()
     buckets[0].data[3] ^= 0x10                           # other data under the bucket
     assert mismatching(sent, buckets) == ["w0"]
+
+
+@pytest.mark.parametrize("name", [None, "bytes_corrupted", "bytes_corrupted_unverified", "bucket_truncated",
+                                  "bucket_lost", "scale_dropped"])
+def test_the_matrix_receives_beside_the_sender_with_the_answer_of_hashing(name):
+    """The fault matrix passes `beside_the_sender` (its reference engines receive in the sender's process); a sync
+    received that way gives the receive report and the findings of one whose receiver hashes every tensor."""
+    from fp8check.faults import FAULTS
+    from fp8check.faults import matrix
+    from fp8check.harness.sync.pipeline import fault_config, reference_sync
+    assert matrix.RECEIVE is transport.beside_the_sender
+    fault = FAULTS[name] if name else None
+    cfg = fault_config(recommended_config("tiny-dense", "blockwise-fp32"), fault)
+    text = lambda res: ([json.dumps(f.to_json(), sort_keys=True, default=str) for f in res.findings],   # noqa: E731
+                        res.report.to_json())
+    hashed = reference_sync(cfg, fault=fault, receive=transport.hashing)[0]
+    beside = reference_sync(cfg, fault=fault, receive=transport.beside_the_sender)[0]
+    assert text(beside) == text(hashed)
+    assert bool(hashed.report.digest_mismatch) == (name in ("bytes_corrupted", "bytes_corrupted_unverified"))
 
 
 @pytest.mark.parametrize("kept", [True, False])

@@ -18,6 +18,7 @@ from fp8check.harness.formats import RECIPES
 from fp8check.harness.layouts import LayoutError
 from fp8check.harness.models import MODELS
 from fp8check.harness.sync.pipeline import fault_config, reference_differential, reference_sync
+from fp8check.harness.sync.transport import beside_the_sender
 from fp8check.invariants import REGISTRY, CheckContext, FAIL, UNKNOWN, run_catalog
 
 from .base import FAULTS, Fault, NoTarget
@@ -30,6 +31,10 @@ TINY_MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
 # 24 GB, above 17 B/param, and was killed
 CELL_BYTES_PER_PARAM = 20
 
+
+# the reference engines receive in this process, beside the sender: the digest check compares bytes with the
+# sender's tensors, the same report as hashing them (tests/test_matrix_shortcuts.py)
+RECEIVE = beside_the_sender
 
 SKIPPED = ("n/a", "no-target")      # cells where the fault injects nothing, each saying why
 
@@ -73,11 +78,12 @@ def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool
     probe = fault is None or probes or "P1" in fault.declared
     try:
         if fault is None or "R3" in fault.declared:    # clean runs include the cold-vs-warm differential
-            res, _, _ = reference_differential(config, fault=fault, check_ids=ids, probes=probe)
+            res, _, _ = reference_differential(config, fault=fault, check_ids=ids, probes=probe, receive=RECEIVE)
         else:
             # a serving fault happens to an engine that already served a sync (what the sleep / wake then keeps)
             steps = 2 if fault.stage == "serving" else 1
-            res, _, _ = reference_sync(config, fault=fault, check_ids=ids, probes=probe, steps=steps)
+            res, _, _ = reference_sync(config, fault=fault, check_ids=ids, probes=probe, steps=steps,
+                                       receive=RECEIVE)
     except (LayoutError, EngineError, ConfigError) as e:
         # the engines cannot even be built from this configuration: the static rules must say why
         static = run_catalog(CheckContext(config), families=STATIC_FAMILIES, static_only=True)

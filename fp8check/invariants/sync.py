@@ -22,7 +22,6 @@ from fp8check.harness.memo import IdentityMemo
 from .base import FAIL, CheckContext, fail, invariant, passed, unknown
 from .evidence import bit_diff, engine_position, screened, unravel, value_diff
 from .screens import ScaleEncodings, TrainerScreens, zero_block_screen
-from .screens import trainer_screens  # noqa: F401 - pipeline imports it here until the merge
 
 MAX_FINDINGS = 20     # per invariant; the rest are counted in a summary finding
 

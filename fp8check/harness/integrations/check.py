@@ -90,11 +90,11 @@ def failed(findings, allow_unknown: bool = False) -> bool:
 
 
 def run_state_checks(ctx, ids=None) -> list:
-    """The state checks over a sync someone else performed. Default: STATE_CHECKS as a selection (those whose
-    condition the config has: R1 on a BF16 KV cache would judge scales no kernel reads; on the H200 a plain vLLM
-    0.26 engine boots them at a random dummy value); `ids` named by the caller run even where it has not."""
-    from fp8check.invariants import run_catalog
-    return run_catalog(ctx, ids=list(STATE_CHECKS if ids is None else ids), force=ids is not None)
+    """The state checks over a sync someone else performed (the one road's check stage). Default: STATE_CHECKS
+    as a selection, those whose condition the config has; `ids` named by the caller run even where it has not."""
+    # a selection: R1 on a BF16 KV cache would judge scales no kernel reads (vLLM boots them at a dummy value)
+    from ..sync.stages import check
+    return check(ctx, ids=list(STATE_CHECKS if ids is None else ids), force=ids is not None).findings
 
 
 def watch(llm) -> list:
@@ -139,14 +139,17 @@ def _expected(expected, config: SyncConfig) -> tuple[dict, list | None]:
 
 def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str = "raise",
                version: int | None = None, allow_unknown: bool = False):
-    """Run the catalog on `engine`'s state against `expected`. ids: the invariants to run, even where the config
-    says their condition is absent (default: STATE_CHECKS, those that apply); an id not in the catalog is
+    """Run the catalog on `engine`'s state against `expected`: the one road's capture (digest-first) and check
+    stages, observe-only (nothing is poisoned, installed or re-synced). ids: the invariants to run, even where the
+    config says their condition is absent (default: STATE_CHECKS, those that apply); an id not in the catalog is
     `UnknownInvariant` (a BadInput) naming it. on_fail: what a failed check does -- raise (SyncCheckFailed) | log |
     return. A check fails on a FAIL and on an UNKNOWN (a check that could not decide is never a pass), unless
     `allow_unknown=True`: then only a FAIL does."""
     from fp8check.invariants import CheckContext, check_ids
     from ..record import ENGINE_RULE, TrainerRecord
     from ..snapshot.model import Snapshot
+    from ..sync.stages import capture_state, rollout_snapshot
+    from ..sync.timing import Clock
     if on_fail not in ("raise", "log", "return"):
         raise ValueError(f"check_sync: on_fail must be raise, log or return, got {on_fail!r}")
     if ids is not None:
@@ -160,13 +163,11 @@ def check_sync(engine, expected, config: SyncConfig, *, ids=None, on_fail: str =
         # the engine quantizes what it was sent: what it must hold is its own online rule over that
         from ..numerics.online import online_engine_state_hf
         trainer_hf = online_engine_state_hf(config, trainer_hf)
-    record = eng.record()
-    record.version = version
-    got = DigestFirst().capture(config, eng, trainer_hf, record)
+    record, got = capture_state(DigestFirst(), config, eng, trainer_hf, clock=Clock())    # the engine's own word on
+    record.version = version                                                            # its poison (`poisoned`)
     payload = None if wire is None else payload_snapshot(payload_from_items(config, wire, version or 0))
     ref = TrainerRecord(ENGINE_RULE if online else "user", version)
-    ctx = CheckContext(config, payload, Snapshot("trainer", trainer_hf, ref),
-                       Snapshot("rollout", got.tensors, record))
+    ctx = CheckContext(config, payload, Snapshot("trainer", trainer_hf, ref), rollout_snapshot(got, record))
     findings = root_first(run_state_checks(ctx, ids))
     if failed(findings, allow_unknown):
         if on_fail == "raise":

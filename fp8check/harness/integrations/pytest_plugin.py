@@ -58,9 +58,9 @@ def fp8check_trainer(fp8check_config):
 
 @pytest.fixture(scope="session")
 def _fp8check_live_engines():
-    """Live engines by configuration, started when a test first needs one and kept for the session: a vLLM start is
-    about 30 s, and an engine starting while another process frees GPU memory fails vLLM's memory profiling
-    ("Error in memory profiling"), which closing one engine per test provoked on the H200."""
+    """Live engines by configuration, started when a test first needs one and closed when the session ends."""
+    # kept for the session: a vLLM start is dear, and an engine starting while another process frees GPU memory
+    # fails vLLM's memory profiling ("Error in memory profiling"), which closing one engine per test provoked
     engines: dict = {}
     yield engines
     while engines:
@@ -118,35 +118,75 @@ class SyncChecker:
 
     def __call__(self, sync_fn, *, ids=None, names: str = "hf", allow_unknown: bool | None = None):
         """Run `sync_fn` and the checks; raise SyncCheckFailed on a FAIL, or an UNKNOWN unless accepted
-        (`allow_unknown`, default the session's `--fp8check-allow-unknown`)."""
+        (`allow_unknown`, default the session's `--fp8check-allow-unknown`). The one road with the user's function
+        as its send and install: poison, `sync_fn`, then the shared capture (full read), re-sync (S7) and state
+        checks."""
         __tracebackhide__ = True          # a failure shows the findings, not this function's source
-        from fp8check.harness.integrations.check import (SYNC_RAISED, SyncCheckFailed, failed, root_first,
-                                                          run_state_checks)
-        from fp8check.harness.record import Resync
+        from fp8check.harness.integrations.check import SyncCheckFailed, failed, root_first, run_state_checks
         from fp8check.harness.snapshot.model import Snapshot
+        from fp8check.harness.sync import stages
         from fp8check.harness.sync.capture import FullRead
         from fp8check.harness.sync.payload import payload_from_items
         from fp8check.harness.sync.pipeline import payload_snapshot
+        from fp8check.harness.sync.timing import Clock
         from fp8check.invariants import CheckContext, check_ids
         if ids:
             ids = check_ids(ids)          # before the engine is touched
         cfg, version, eng = self.config, self.trainer.record().version, self.engine
         weights, masters = self.inputs(names)
-        if cfg.engine_online:
+        expected, reference = self.expected(version)
+        stages.start_poison(eng).result()
+        buckets, errors = self.send(sync_fn, weights, masters, version)
+        sent = [item for batch in buckets for item in batch]
+        capture = FullRead()
+        record, got = stages.capture_state(capture, cfg, eng, expected, clock=Clock(), poisoned=True)
+        payload = payload_from_items(cfg, sent, version)
+        if sent and not errors:           # the same buckets into the same kind of update
+            record.resync = stages.resync(cfg, capture, eng, got, payload.names(),
+                                          lambda: self.install(buckets, version))
+        record.version, record.errors = version, errors
+        ctx = CheckContext(cfg, payload_snapshot(payload), Snapshot("trainer", expected, reference),
+                           stages.rollout_snapshot(got, record))
+        findings = root_first(run_state_checks(ctx, ids or None))
+        if failed(findings, self.allow_unknown if allow_unknown is None else allow_unknown):
+            raise SyncCheckFailed(findings)
+        return findings
+
+    def expected(self, version: int):
+        """(what the engine must hold, checkpoint names; the trainer record it is judged as)."""
+        if self.config.engine_online:
             # an engine that quantizes the BF16 it is handed: what it must hold is its own rule over a correct
             # BF16 sync of the learner's masters, as check_sync judges it
             from fp8check.harness.numerics.online import online_engine_state_hf
             from fp8check.harness.record import ENGINE_RULE, TrainerRecord
-            expected = online_engine_state_hf(cfg, self.inputs("hf")[1])
-            reference = TrainerRecord(ENGINE_RULE, version)
+            return online_engine_state_hf(self.config, self.inputs("hf")[1]), TrainerRecord(ENGINE_RULE, version)
+        return self.trainer.export_hf(), self.trainer.record()
+
+    def _bucketed(self) -> bool:
+        return callable(getattr(self.engine, "start_update", None))
+
+    def install(self, buckets: list, version: int) -> None:
+        """The buckets installed again as one update of the kind the function's was (the re-sync)."""
+        eng = self.engine
+        if self._bucketed():
+            eng.start_update(version)
+            for batch in buckets:
+                eng.load_bucket([(n, t, version) for n, t in batch])
+            eng.finish_update()
         else:
-            expected, reference = self.trainer.export_hf(), self.trainer.record()
-        bucketed = callable(getattr(eng, "start_update", None))
-        sent, buckets, errors, refused = [], [], [], []
+            eng.install([(n, t, version) for batch in buckets for n, t in batch], version)
+
+    def send(self, sync_fn, weights: dict, masters: dict, version: int) -> tuple[list, list]:
+        """The user's function as the send and install stages: each `load(batch)` is one bucket (delivered at once
+        to an engine that takes buckets, else installed together after the function returns). Returns (the
+        buckets as handed to `load`, the errors: the function's, rooted as SYNC_RAISED, or the engine's refusal;
+        the engine's state is judged as left)."""
+        from fp8check.harness.integrations.check import SYNC_RAISED
+        eng, bucketed = self.engine, self._bucketed()
+        buckets, errors, refused = [], [], []
 
         def load(batch):
             batch = [(str(n), t) for n, t in batch]
-            sent.extend(batch)
             buckets.append(batch)
             if bucketed:
                 try:
@@ -155,7 +195,6 @@ class SyncChecker:
                     refused.append(e)
                     raise
 
-        eng.poison()
         try:
             if bucketed:
                 eng.start_update(version)
@@ -169,34 +208,10 @@ class SyncChecker:
                 if bucketed:              # finalized even when the function raised: the engine's state is judged
                     eng.finish_update()
             if not bucketed:
-                eng.install([(n, t, version) for n, t in sent], version)
+                eng.install([(n, t, version) for batch in buckets for n, t in batch], version)
         except Exception as e:  # noqa: BLE001 - the engine (or the sync) refused: judged as left
             errors.append(f"{e.__class__.__name__}: {e}")
-        record = eng.record()
-        got = FullRead().capture(cfg, eng, expected, record)
-        payload = payload_from_items(cfg, sent, version)
-        if sent and not errors:
-            # idempotence: the same sync again -- the same buckets into the same kind of update -- changes nothing
-            # the sync writes (what it leaves unwritten is undefined on vLLM, not reproducible: S1's)
-            if bucketed:
-                eng.start_update(version)
-                for batch in buckets:
-                    eng.load_bucket([(n, t, version) for n, t in batch])
-                eng.finish_update()
-            else:
-                eng.install([(n, t, version) for n, t in sent], version)
-            after = eng.kernel_tensors()
-            written = cfg.layout.written_by(payload.names())
-            record.resync = Resync(sorted(n for n, t in got.tensors.items()
-                                          if n in written and not FullRead.same(t, after.get(n))))
-        record.version, record.errors, record.poisoned = version, errors, True
-        ctx = CheckContext(cfg, payload_snapshot(payload),
-                           Snapshot("trainer", expected, reference),
-                           Snapshot("rollout", got.tensors, record))
-        findings = root_first(run_state_checks(ctx, ids or None))
-        if failed(findings, self.allow_unknown if allow_unknown is None else allow_unknown):
-            raise SyncCheckFailed(findings)
-        return findings
+        return buckets, errors
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ class Captured:
 class FullRead:
     name = "full-read"
 
-    def begin(self, config, trainer_hf: dict, poisoned: bool) -> None:
+    def begin(self, config, trainer_hf: dict, poisoned: bool, on_cpu: bool = False) -> None:
         """Nothing to start before the install: everything is read after it."""
 
     def start_record(self, rollout):
@@ -96,11 +96,11 @@ class _Ahead:
     install's own copies. Elsewhere (CPU tensors: the reference engines install in this process, Python against
     Python) the same digests are computed when the capture asks for them."""
 
-    def __init__(self, config, trainer_hf: dict, sentinels: bool):
+    def __init__(self, config, trainer_hf: dict, sentinels: bool, on_cpu: bool = False):
         self.trainer_hf, self.sentinels = trainer_hf, sentinels
         self.state = ExpectedState(config, trainer_hf, None)
         self.seconds = None
-        self._future = start_ahead(self._run, trainer_hf)
+        self._future = start_ahead(self._run, trainer_hf, on_cpu=on_cpu)
 
     def _run(self) -> dict:
         t0 = time.perf_counter()
@@ -112,11 +112,11 @@ class _Ahead:
         return self._future.result() if self._future is not None else self._run()
 
 
-def start_ahead(fn, trainer_hf: dict):
+def start_ahead(fn, trainer_hf: dict, on_cpu: bool = False):
     """`fn()` begun beside the install (a `Future`), where the trainer's tensors are on a GPU: in the one background
     thread, on its own CUDA stream, ordered after everything the caller had enqueued (the export). None elsewhere:
-    the caller computes it when it needs it (with BACKGROUND_ON_CPU, tests, in the thread too). Inside
-    `ahead_held()` the work starts when the block ends."""
+    the caller computes it when it needs it; `on_cpu`: in the thread too, without a stream (what the GPU path does,
+    for tests on CPU tensors). Inside `ahead_held()` the work starts when the block ends."""
     device = next((t.device for t in trainer_hf.values()), None)
     if device is not None and device.type == "cuda":
         import torch
@@ -128,7 +128,7 @@ def start_ahead(fn, trainer_hf: dict):
             with torch.cuda.stream(stream):
                 return fn()
         return _pool().submit(on_stream)
-    if BACKGROUND_ON_CPU:
+    if on_cpu:
         def held():
             _OPEN.wait()
             return fn()
@@ -142,11 +142,10 @@ _OPEN.set()
 
 @contextlib.contextmanager
 def ahead_held():
-    """Work begun with `start_ahead` inside the block starts when it ends (the caller then waits for the engine,
-    leaving the interpreter free): started at once, the background thread held the interpreter while the caller
-    made its next hand-offs, each of which then waited up to the switch interval (5 ms; the capture's `begin`
-    took 2.7-4.3 ms in 4 of 7 syncs at Qwen3-8B x 12 on the H200, 0.4-0.6 in the others). Nothing inside the
-    block may wait for that work."""
+    """Work begun with `start_ahead` inside the block starts when it ends, also when the block raises. Nothing
+    inside the block may wait for that work."""
+    # started at once, the background thread would hold the interpreter while the caller makes its next hand-offs
+    # (each then waits up to the switch interval); after the block the caller only waits for the engine
     _OPEN.clear()
     try:
         yield
@@ -155,7 +154,6 @@ def ahead_held():
 
 
 _POOL = []
-BACKGROUND_ON_CPU = False       # tests: the thread on CPU tensors too (what the GPU path does, without a stream)
 
 
 def _pool():
@@ -186,10 +184,11 @@ class DigestFirst:
         self._ahead: _Ahead | None = None
         self._digesting = None             # the engine's digests, started with its record (`start_record`)
 
-    def begin(self, config, trainer_hf: dict, poisoned: bool) -> None:
-        """The pipeline's call as the install starts: start the expected digests (`_Ahead`)."""
+    def begin(self, config, trainer_hf: dict, poisoned: bool, on_cpu: bool = False) -> None:
+        """The pipeline's call as the install starts: start the expected digests (`_Ahead`; `on_cpu`: in the
+        background thread on CPU tensors too)."""
         try:
-            self._ahead = _Ahead(config, trainer_hf, poisoned)
+            self._ahead = _Ahead(config, trainer_hf, poisoned, on_cpu)
         except (LayoutError, KeyError, ValueError, RuntimeError):
             self._ahead = None              # the capture derives it again and says why not
 

@@ -7,6 +7,11 @@ payload lives (a trainer's GPU: the buffer is shared as-is, never copied through
 The receiver never trusts the wire: it decodes what it can, and reports lost, reordered, truncated and
 digest-mismatching pieces in a ReceiveReport instead of raising, so the invariants see the damage. Transport
 faults act on buckets through `truncated` and `flipped` (any device).
+
+How a sync receives is the caller's choice, never the engine's (`receive(buckets, verify_digests, sent)`):
+`hashing`, what a real receiver does (every received tensor's digest computed from its bytes), or
+`beside_the_sender`, for a receiver in the sender's process (the fault matrix's reference engines), which
+compares the received bytes with the sender's tensors instead: the same report (tests/test_matrix_shortcuts.py).
 """
 from __future__ import annotations
 
@@ -227,3 +232,15 @@ def unpack(buckets: list, verify_digests: bool = True, sent: dict | None = None)
                 continue
         tensors[rec.name] = t
     return Payload(records, tensors, version), rep
+
+
+def hashing(buckets: list, verify_digests: bool, sent: Payload) -> tuple[Payload, ReceiveReport]:
+    """The receiver as a real engine's: every received tensor's digest computed from its bytes (`sent` unread)."""
+    return unpack(buckets, verify_digests)
+
+
+def beside_the_sender(buckets: list, verify_digests: bool, sent: Payload) -> tuple[Payload, ReceiveReport]:
+    """The receiver beside the sender, in its process: the digest check compares the received bytes with the
+    sender's tensors (bytes the packing copied that nobody wrote since are not compared at all). The same report
+    as `hashing`; only for a receiver that can read the sender's tensors."""
+    return unpack(buckets, verify_digests, sent=sent.tensors)

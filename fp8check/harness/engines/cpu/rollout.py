@@ -158,7 +158,6 @@ class _LayerwiseReload:
 class ReferenceRollout(ServingMirror):
     engine = "cpu-reference-vllm"
     quantizations = ENGINE_QUANTIZATION     # it serves every rollout.quantization
-    in_process_wire = True      # receives in the sender's process (the pipeline's digest check may use that)
     DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None,
                      "kv_scale_placeholder": None, "realloc_buffer": False, "keep_prefix_cache": False,
                      "logit_scale": None, "shard_offsets_lost": False, "packed_scales_copied": False}
