@@ -136,8 +136,8 @@ NATIVE_ARCH = {Granularity.BLOCK: "sm90", Granularity.TENSOR: "sm90", Granularit
 
 def blockwise_quantizer(x: torch.Tensor):
     """The TE-exact blockwise quantizer for `x`'s device: the torch reference, or on CUDA its Triton twin (the same
-    bytes, tests/gpu/test_triton_conformance.py; 16x faster on an H200, where C1 re-quantizes every master each
-    sync, and one launch with no host round trip for P1's 1x128 activation blocks). Same signature either way."""
+    bytes, tests/gpu/test_triton_conformance.py; C1 re-quantizes every master each sync, and P1's 1x128 activation
+    blocks take one launch with no host round trip). Same signature either way."""
     from .blockwise import quantize_blockwise
     if x.is_cuda:
         from . import triton_blockwise          # it imports without Triton too

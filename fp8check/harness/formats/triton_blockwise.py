@@ -22,7 +22,7 @@ Why each step is exact on sm90 as well as under TRITON_INTERPRET=1:
   is an integer round-to-nearest-even encoder with the same results (`_fp8_encode`), because the interpreter's
   float8 conversion (triton 3.6 `interpreter._convert_float`) rounds ties away from zero, does not saturate and
   mis-encodes NaN and fp8 subnormals (1.0625 -> 0x39, 500 -> 0x78, NaN -> 0x7C, 1.5 * 2^-9 -> 0x01).  The integer
-  encoder costs about 20 integer operations per element (about 800 GB/s of input on the H200).  The sm90 PTX of
+  encoder costs about 20 integer operations per element (the interpreter's path only).  The sm90 PTX of
   both builds is checked in tests/test_triton_quantizer.py; the GPU build's bytes against TE's on the H200
   (tests/gpu/test_triton_conformance.py, bench/gpu_quantize.py).
 
@@ -87,8 +87,7 @@ VARIANTS = {
     "slices-w16-64": {"block": dict(warps=16, slice=64, stages=0, per_sm=0),
                       "row": dict(rows=32, warps=8, stages=0, per_sm=0)},
 }
-# the fastest 128x128 variant on the H200, as called and from a CUDA graph (results/h200-quantizer.json: 0.99 of
-# TE's kernel rate), 1x128 graph-replayed 1.2x TE's
+# the fastest 128x128 variant where it was measured (results/h200-quantizer.json, `fp8check bench --gpu`)
 DEFAULT_VARIANT = "tile-w8"
 _MAX_TILE = 1 << 14                 # elements of a one-tile block (128x128); larger blocks are walked in slices
 _INTERPRETED_PROGRAMS = 3           # a persistent grid under the interpreter: few programs, so each walks items
@@ -416,8 +415,7 @@ def launch(x: torch.Tensor, block_shape=WEIGHT_BLOCK, *, pow2: bool = False, ama
 def _launch_config(dtype, fp8_dtype, amax_epsilon, bn, bk, variant, rows_per_program, slice_rows, num_warps,
                    hw_cast) -> tuple:
     """(rows per work item, rows per tile, stages, programs per SM, eps, the launch's constexpr kwargs) of one
-    launch configuration, made once (host time per call is part of the figure: a weight of 4096x4096 quantizes
-    in ~15 us on an H200)."""
+    launch configuration, made once (host time per call is part of a small weight's quantize time)."""
     rows, sub, warps, stages, per_sm = plan((bn, bk), variant, rows_per_program, slice_rows)
     eps32, consts = format_constants(dtype, fp8_dtype, amax_epsilon)
     kw = dict(IN_KIND=_IN_KIND[dtype], BN=bn, BK=bk, ROWS=rows, SUB=sub, BK_P2=_p2(bk), STAGES=stages,

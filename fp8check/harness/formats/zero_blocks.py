@@ -1,9 +1,9 @@
 """Transformer Engine's rule for an all-zero block, screened over a whole model's FP8 weights at once: a block whose
 codes are all zero (+0 or -0: every byte 0x00 or 0x80) had amax 0, and TE gives it scale 1, so its scale_inv must be
-exactly 1 (S3). On a GPU one Triton launch screens every tensor through a pointer table (S3 had read the codes
-with six launches a tensor and a full-size temporary: at Qwen3-8B x 12 layers, 4.8 GB), reading a block's first
-row and the rest only where that row is all zero (the screen had read every code: 769 GB/s on the H200);
-elsewhere, and where a tensor does not fit the kernel, the torch reference below."""
+exactly 1 (S3). On a GPU one Triton launch screens every tensor through a pointer table, with no full-size
+temporary, reading a block's first row and the rest only where that row is all zero (a model's codes are read
+about once per 128 rows, not whole); elsewhere, and where a tensor does not fit the kernel, the torch reference
+below."""
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +20,7 @@ except ImportError:                     # the reference serves
 
 ROW = 7                                 # codes (word offset from base), scale address, N, K words, gk, first program, output
 # neighbouring blocks of one block row a program screens (a power of two): their first row is one contiguous read.
-# On the H200 the count did not matter (call 37, 28 weights: 0.47-0.51 ms for 1 to 32): the launch and the host
-# copy bound the screen, not its programs
+# The launch and the host copy bound the screen, not its programs (bench/gpu_bench.py times it)
 BLOCKS_PER_PROGRAM = 8
 
 

@@ -138,8 +138,8 @@ def disassemble(pieces, dests, src_shapes: dict[str, tuple], errors: dict[str, s
                       (f" of slot {p.dst_index}" if p.dst_index is not None else "")
             elif sole.get(p.src) is p and p.src_row == 0 and p.src_col == 0 \
                     and (p.cols is None or p.cols == src_shapes[p.src][-1]) and tuple(d.shape) == tuple(src_shapes[p.src]):
-                # (a row-parallel piece names its columns even at TP 1: o_proj and down_proj were copied, 1.4 % of
-                # a Qwen3-8B payload per layer held by the checks on the H200)
+                # (a row-parallel piece names its columns even at TP 1: without this o_proj and down_proj would
+                # be copied)
                 out[p.src] = d          # the whole source is this view of the destination: no copy
                 continue
             else:

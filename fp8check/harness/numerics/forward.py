@@ -322,9 +322,9 @@ class LayerWindow(Mapping):
     """`tensors` read through a one-layer window: a value is computed (read from `tensors`) once and kept while the
     forward is in its layer, then dropped; tensors outside the layers (embeddings, final norm, head) are kept.
     Over a LazyMap that dequantizes on read, a layer-major forward then holds one layer's fp32 weights at a time
-    (P1 at Qwen3-8B shapes held three fp32 copies of every FP8 weight: 23.9 GB on the H200). `whole_layer=False`:
-    only the last layer tensor read is kept (a forward of one batch reads each once: one fp32 weight at a time,
-    4 % of a Qwen3-8B payload instead of a layer's 17 %); `release` drops the layer's values (before the head)."""
+    (not three fp32 copies of every FP8 weight). `whole_layer=False`: only the last layer tensor read is kept (a
+    forward of one batch reads each once: one fp32 weight at a time); `release` drops the layer's values (before
+    the head)."""
 
     def __init__(self, tensors, whole_layer: bool = True):
         self._tensors, self._layer, self._held, self._whole = tensors, None, {}, whole_layer

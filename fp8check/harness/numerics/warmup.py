@@ -1,5 +1,5 @@
 """The checks' GPU kernels compiled before the first sync: a Triton kernel compiles on its first launch (a second
-or more per variant), which made the first sync's catalog 1.5-2x a later one's on the H200. The engines call this
+or more per variant), which would land in the first sync's catalog. The engines call this
 at start (the vLLM adapter in its workers, the device path in the trainer's process); nothing it touches
 outlives the call but the compiled kernels."""
 from __future__ import annotations
