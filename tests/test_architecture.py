@@ -15,7 +15,7 @@ PACKAGES = ("fp8check",)
 # lowest first; a module may import its own layer or any lower one (docs/design.md, "Layers")
 LAYERS = [
     ("fp8check.harness.errors", "fp8check.harness.formats", "fp8check.harness.schema", "fp8check.harness.lazy", "fp8check.harness.memo",
-     "fp8check.harness.kinds"),
+     "fp8check.harness.kinds", "fp8check.harness.patterns"),
     ("fp8check.harness.bitview",),
     ("fp8check.harness.models", "fp8check.harness.layouts", "fp8check.harness.alignment", "fp8check.harness.digest_words", "fp8check.harness.digest",
      "fp8check.harness.digest_triton"),

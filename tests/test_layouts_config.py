@@ -5,7 +5,8 @@ from faker import Faker
 from hypothesis import given, strategies as st
 
 from fp8check.harness import strategies as fst
-from fp8check.harness.config import ConfigError, SyncConfig, matches
+from fp8check.harness.config import ConfigError, SyncConfig
+from fp8check.harness.patterns import matches
 from fp8check.harness.formats import get_recipe
 from fp8check.harness.layouts import LayoutError, LayoutMap, Piece, scale_name, split_rank_name
 from fp8check.harness.models import MODELS, get_model

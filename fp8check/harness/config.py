@@ -3,7 +3,6 @@ keys or nested); the exclusion set, recipe and layout map are derived here once 
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from functools import cached_property
@@ -14,6 +13,7 @@ from .errors import ConfigError  # noqa: F401 - raised here, defined with the ot
 from .formats import Recipe, RecipeError, get_recipe
 from .kinds import Granularity, Precision, Quantization, ScaleFormat, member, values
 from .models import LINEAR, ModelError, ModelSpec, get_model
+from .patterns import matches_any
 from .schema import SchemaError, from_data
 
 SYNC_MODES = ("onpolicy", "naive")
@@ -492,15 +492,3 @@ def _merge(a: dict, b: dict) -> dict:
     for k, v in b.items():
         out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
-
-
-def matches(module: str, pattern: str) -> bool:
-    """Exact module matching at name-component boundaries: `mlp.gate` matches `model.layers.0.mlp.gate`
-    but never `mlp.gate_up_proj` or `mlp.gate_proj`. `re:<regex>` patterns use re.fullmatch."""
-    if pattern.startswith("re:"):
-        return re.fullmatch(pattern[3:], module) is not None
-    return module == pattern or module.endswith("." + pattern)
-
-
-def matches_any(module: str, patterns) -> bool:
-    return any(matches(module, p) for p in patterns)

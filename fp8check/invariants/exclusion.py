@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from fp8check.harness.config import matches
+from fp8check.harness.patterns import matches
 from fp8check.harness.layouts.megatron import megatron_pieces
 from fp8check.harness.layouts.vllm import vllm_module
 from fp8check.harness.models import LINEAR

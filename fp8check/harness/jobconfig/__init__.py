@@ -24,7 +24,8 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 
-from ..config import ConfigError, PackingConfig, RolloutConfig, SyncConfig, TrainerConfig, matches
+from ..config import ConfigError, PackingConfig, RolloutConfig, SyncConfig, TrainerConfig
+from ..patterns import matches
 from ..formats import get_recipe
 from ..kinds import Granularity, Precision, Quantization, ScaleFormat
 from ..models import LINEAR, MODELS, SHIPPED, ModelError, get_model

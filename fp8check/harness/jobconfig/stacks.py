@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError, matches
+from ..config import ConfigError
+from ..patterns import matches
 from ..errors import did_you_mean
 from .keys import (NEMO_DDP, NEMO_FP8, NEMO_MEGATRON, NEMO_VLLM, SKYRL_EIK, SKYRL_ENGINE, SKYRL_MEGATRON,
                    SKYRL_REF_MEGATRON, SKYRL_REF_TCK, SKYRL_TCK, VERL_MEGATRON, VERL_ROLLOUT,

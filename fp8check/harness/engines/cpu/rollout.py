@@ -32,7 +32,8 @@ from dataclasses import replace
 
 import torch
 
-from ...config import ENGINE_QUANTIZATION, SyncConfig, matches_any
+from ...config import ENGINE_QUANTIZATION, SyncConfig
+from ...patterns import matches_any
 from ...digest import state_digest
 from ...formats.bytes import poison_
 from ...layouts.scale_names import canonical_scale
