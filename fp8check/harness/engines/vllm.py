@@ -34,6 +34,7 @@ from ..numerics.settings import read_settings
 from ..record import (EngineRecord, Generation, KVScale, Outputs, ReloadContract, ServingState, UpdateRecord,
                       WakeEvent)
 from .protocol import EngineError
+from .sleepwake import SleepWake
 from .vllm_api import UnsupportedVLLM, engine_facts
 from .versions import param_versions, served_versions, versions_meta
 from .vllm_extension import TEST_EXTENSION
@@ -217,7 +218,7 @@ class VLLMEngine:
         self.boot_kv_scales = _kv(self.rpc("fp8check_kv_scales")[0])     # what vLLM left at boot
         if config.rollout.pin_kv_scales and not observe_only:    # (calibrated scales are refused above)
             self.rpc("fp8check_pin_kv_scales", float(config.rollout.kv_scale))
-        self.sleep_level, self.wake_event, self.outputs, self._pre_sleep = 0, None, None, None
+        self._sleepwake, self.outputs = SleepWake(), None
         self._logit_scaled = False
         self._observed = None            # observe mode: the counts of the sync this wrapper was made for
         self._open = None                # a bucketed update in progress: (record, items loaded so far)
@@ -304,8 +305,7 @@ class VLLMEngine:
 
     def _begin_update(self, version: int | None, repeats: int = 1) -> UpdateRecord:
         """One update begins: refused while asleep, the post-load counters reset, a fresh record."""
-        if self.sleep_level:
-            raise EngineError("weights installed while the engine is asleep (wake it first)")
+        self._sleepwake.refuse_if_asleep("install")
         self.rpc("fp8check_reset_counts", repeats)
         rec = UpdateRecord(version)
         self.updates.append(rec)
@@ -347,9 +347,7 @@ class VLLMEngine:
         if knobs.get("logit_scale") is not None or self._logit_scaled:     # set for this install, reset after
             self.rpc("fp8check_serving_fault", {"logit_scale": knobs.get("logit_scale")})
             self._logit_scaled = knobs.get("logit_scale") is not None
-        if self.wake_event is not None:
-            self.wake_event.synced_since = True
-            self.wake_event.syncs_since += 1
+        self._sleepwake.synced()
 
     # -- a bucketed update, as vLLM 0.26's weight transfer receives one (start_weight_update, update_weights per
     # bucket, finish_weight_update: one layerwise reload across the buckets)
@@ -499,40 +497,39 @@ class VLLMEngine:
             raise EngineError(f"vLLM {self.facts.version} has no weight checker (compute_weight_checksums: 0.32+)")
 
     # -- sleep / wake (enable_sleep_mode) ------------------------------------------------------------------------
+    @property
+    def sleep_level(self) -> int:
+        """0 awake, else the level (1 or 2) the engine sleeps at."""
+        return self._sleepwake.level
+
+    @property
+    def wake_event(self) -> WakeEvent | None:
+        """The last wake's event (None before the first)."""
+        return self._sleepwake.wake_event
+
     def sleep(self, level: int = 1):
-        if level not in (1, 2):
-            raise EngineError(f"sleep level must be 1 or 2, got {level}")
-        if self.sleep_level:
-            raise EngineError("the engine is already asleep")
-        self._pre_sleep = self.state_digests()
-        self._kv_before_sleep = _kv(self.rpc("fp8check_kv_scales")[0])
+        self._sleepwake.begin_sleep(level, self.state_digests, lambda: _kv(self.rpc("fp8check_kv_scales")[0]))
         self.llm.sleep(level=level)
-        self.sleep_level = level
+        self._sleepwake.slept(level)
 
     def wake(self, kv_scales: dict | None = None):
         """Wake every pool (weights first is what vLLM needs after level 2), then what an RL stack does after a
         wake: KV scales pinned again (what vLLM resets on a wake: vllm_api fact `wake_resets_kv_scales`). `kv_scales` (a
         wake fault, fp8check's own engine): leave these KV-cache scales in every attention layer first."""
-        if not self.sleep_level:
-            raise EngineError("the engine is not asleep")
+        self._sleepwake.begin_wake()
         self.rpc("fp8check_empty_cache")
         self.llm.wake_up()
-        level, self.sleep_level = self.sleep_level, 0
+        level = self._sleepwake.awake()
         if kv_scales:
             self.rpc("fp8check_serving_fault", {"wake_kv_scales": dict(kv_scales)})
         after = self.state_digests()
         if self.config.rollout.pin_kv_scales and not self.config.calibrated_kv:
             self.rpc("fp8check_pin_kv_scales", float(self.config.rollout.kv_scale))
-        self.wake_event = WakeEvent(level, sorted(n for n in after if after[n] != self._pre_sleep.get(n)),
-                                    kv_scales_before=self._kv_before_sleep,
-                                    kv_scales=_kv(self.rpc("fp8check_kv_scales")[0]))
+        self._sleepwake.woke(level, after, _kv(self.rpc("fp8check_kv_scales")[0]))
 
     def _note_generation(self):
-        if self.sleep_level:
-            raise EngineError("generation requested while the engine is asleep")
-        w = self.wake_event
-        if w is not None and w.level == 2 and not w.synced_since:
-            w.generated_before_sync = True
+        self._sleepwake.refuse_if_asleep("generation")
+        self._sleepwake.note_generation()
 
     def measure_outputs(self, prompts, max_tokens: int = 8) -> Outputs:
         g = self.greedy(prompts, max_tokens)

@@ -25,7 +25,7 @@ from ...formats.bytes import poison_
 from ...layouts import rank_name
 from ...layouts.vllm import vllm_name
 from ...record import KVScale, Outputs, ServingState, WakeEvent
-from ..protocol import EngineError
+from ..sleepwake import SleepWake
 from ...memo import Memo
 
 # reference forwards (prompt log-probs, greedy decodes) by the content of the engine state they read
@@ -64,8 +64,7 @@ class ServingMirror:
         if self._pins_kv:
             self.pin_kv_scales(cfg.rollout.kv_scale)
         self._watched = {**self._ptrs(), **self._buffer_ptrs()}   # what the captured graphs read
-        self.sleep_level, self.wake_event = 0, None
-        self._pre_sleep: dict | None = None
+        self._sleepwake = SleepWake()
         self._prefix_cache: dict = {}
         self.outputs: Outputs | None = None
         self.logit_scale = 1.0                                 # vLLM LogitsProcessor.scale
@@ -128,28 +127,30 @@ class ServingMirror:
             self._prefix_cache.clear()
         # the sampler's logits scaled (a temperature applied to the log-probs it returns); the next install resets it
         self.logit_scale = float(knobs["logit_scale"]) if knobs.get("logit_scale") is not None else 1.0
-        if self.wake_event is not None:
-            self.wake_event.synced_since = True
-            self.wake_event.syncs_since += 1
+        self._sleepwake.synced()
 
     # -- sleep / wake ---------------------------------------------------------------------------------------
+    @property
+    def sleep_level(self) -> int:
+        """0 awake, else the level (1 or 2) the engine sleeps at."""
+        return self._sleepwake.level
+
+    @property
+    def wake_event(self) -> WakeEvent | None:
+        """The last wake's event (None before the first)."""
+        return self._sleepwake.wake_event
+
     def sleep(self, level: int = 1):
-        if level not in (1, 2):
-            raise EngineError(f"sleep level must be 1 or 2, got {level}")
-        if self.sleep_level:
-            raise EngineError("the engine is already asleep")
-        self._pre_sleep = self.state_digests()
-        self._kv_before_sleep = self.kv_scales()
+        self._sleepwake.begin_sleep(level, self.state_digests, self.kv_scales)
         self._saved_buffers = [{n: t.clone() for n, t in b.items()} for b in self.buffers]
         self._prefix_cache.clear()                             # LLM.sleep clears the prefix cache
-        self.sleep_level = level
+        self._sleepwake.slept(level)
 
     def wake(self, kv_scales: dict | None = None):
         """`kv_scales` (a fault, fp8check's own engines only): the wake leaves these KV-cache scales ({"k": 0.0},
         {"k": 1.0, "v": 1.0}) in every attention layer, as the engine bugs it mirrors do."""
-        if not self.sleep_level:
-            raise EngineError("the engine is not asleep")
-        level, self.sleep_level = self.sleep_level, 0
+        self._sleepwake.begin_wake()
+        level = self._sleepwake.awake()
         if level == 2:                                         # weights discarded, buffers restored
             for params in self._graph:
                 for t in params.values():
@@ -159,18 +160,13 @@ class ServingMirror:
                     t.copy_(saved[n])
         self.set_kv_scales(kv_scales or {})
         after = self.state_digests()
-        changed = sorted(n for n in after if after[n] != self._pre_sleep.get(n))
         if self._pins_kv:
             self.pin_kv_scales(self.config.rollout.kv_scale)
-        self.wake_event = WakeEvent(level, changed, kv_scales_before=self._kv_before_sleep,
-                                    kv_scales=self.kv_scales())
+        self._sleepwake.woke(level, after, self.kv_scales())
 
     def _note_generation(self):
-        w = self.wake_event
-        if w is not None and w.level == 2 and not w.synced_since:
-            w.generated_before_sync = True
-        if self.sleep_level:
-            raise EngineError("generation requested while the engine is asleep")
+        self._sleepwake.note_generation()
+        self._sleepwake.refuse_if_asleep("generation")
 
     # -- serving ----------------------------------------------------------------------------------------------
     def greedy(self, prompts: list[list[int]], max_tokens: int = 8) -> list[list[int]]:
