@@ -6,7 +6,7 @@ counts as zero for the amax, as in TE.
 
 This is THE CPU reference (the oracle of the Triton kernel and of TE conformance).  It works in tiles of whole
 blocks through one reused fp32 buffer of at most 4 MiB: the whole-tensor formulation made about seven full-size
-fp32 temporaries per call and spent most of its time in page faults (4096x4096 bf16, one core: 380 ms -> 25 ms).
+fp32 temporaries per call and spent most of its time in page faults.
 Every element still goes through the same IEEE operations (exact up-cast, NaN-skipping block max,
 `scale_from_amax`, one fp32 multiply, clamp, RNE cast), so the bytes are those of the whole-tensor version
 (tests/test_blockwise_chunked.py keeps it as the oracle).

@@ -377,8 +377,7 @@ def prompts_logprobs(spec: ModelSpec, W: Weights, prompts: list[list[int]], *,
     and dropped after it), prompts of one length as one batch [B, T] (a third of the launches for three prompts:
     on a GPU the probe forward is bound by launches and host round trips, not by its 36 tokens). Each batch row
     is the same sequence's operations, up to the GEMMs' accumulation order (a BLAS may sum a row in another order
-    at another row count: bit-equal on the earlier sessions' CPUs, 4.8e-7 apart in tiny-dense's log-probs on an
-    AVX512 one). Only for stateless activation quantizers: a delayed-scaling state would see its calls in another
+    at another row count: bit-equal on some CPUs, float32 rounding apart on others). Only for stateless activation quantizers: a delayed-scaling state would see its calls in another
     order."""
     with torch.no_grad():
         if layer_major:

@@ -6,14 +6,14 @@ E3's claim, and the online-FP8 engines a user builds with `quantization="fp8"`).
   amax in fp32 clamped to 1e-4, sf = amax * fp32(1 / 448) (CUDA's tensor / scalar is a multiply by the
   reciprocal; `amax / 448` differs in ~40 % of blocks), q = e4m3(x * (1 / sf)). What vLLM's `fp8_per_block`
   online method and fp8check's vLLM adapter (`quantize_online`, the naive sync) run; 0 differing codes or scales
-  against vLLM's function and against a real `fp8_per_block` engine's installed state (H200, 2026-12-02).
+  against vLLM's function and against a real `fp8_per_block` engine's installed state
+  (tests/gpu/test_vllm_online_conformance.py; the results page names the run).
 * `scaled_fp8_quant_per_tensor`: vLLM's dynamic per-tensor `ops.scaled_fp8_quant(w, scale=None)` (the online
   `quantization="fp8"` of a BF16 checkpoint, `Fp8PerTensorOnlineLinearMethod`): one fp32 scale amax / 448 over
   the whole (fused) parameter, q = e4m3(clamp(x * (1 / s), +-448)) (the kernel multiplies by the fp32 reciprocal).
   The installed weight is the transpose (`[K, N]`), one scale per fused parameter (q|k|v share one; MoE: one per
-  expert). Measured on the H200 (2026-12-02): 0 differing codes and equal scales against `ops.scaled_fp8_quant` on
-  four shapes, and 0 of 39 (tiny-dense) / 141 (tiny-moe) differing parameters of a real `quantization="fp8"`
-  engine after BF16 reloads.
+  expert). Held to `ops.scaled_fp8_quant` and to a real `quantization="fp8"` engine after BF16 reloads, code for
+  code and scale for scale, by tests/gpu/test_vllm_online_conformance.py and tests/gpu/test_online_engine.py.
 * `per_token_activation_quant`: the activations of those GEMMs, dynamic per token (CUTLASS): s_t = max(amax_t / 448,
   1 / (448 * 512)), q = e4m3(x / s_t).
 * `amax_over_448_blockwise`: the senders' formula (SkyRL's blockwise wire, verl's Triton kernel): per 128x128 block

@@ -246,7 +246,7 @@ def payload_from_items(config: SyncConfig, items, version: int) -> Payload:
 
 def expected_wire(config: SyncConfig) -> dict[str, tuple[str, torch.dtype]]:
     """name -> (role, dtype) of every tensor the config says one sync must carry (made once per config: the payload,
-    S1 and S5 read it every sync; at Qwen3-30B-A3B x 4 it took ~10 ms to make). Callers never modify it."""
+    S1 and S5 read it every sync). Callers never modify it."""
     cached = config.__dict__.get("_expected_wire")
     if cached is None:
         cached = config.__dict__["_expected_wire"] = _expected_wire(config)
