@@ -3,6 +3,7 @@ a running engine, declaring the invariants it must trip. Importing this package 
 the registry against the catalog: every declared invariant exists."""
 from . import contract, coverage, dtypes, exclusion, layouts, policy, postload, scales, serving, transport, version  # noqa: F401
 from .base import FAULTS, REAL_SHAPE_FAULTS, Fault, NoTarget, live_faults, real_shape_faults
+from fp8check.harness.kinds import Stage
 
 
 def _check_registry():
@@ -15,7 +16,7 @@ def _check_registry():
         both = set(f.trips) & set(f.may)
         if both:
             raise ValueError(f"fault {f.name}: {sorted(both)} declared both must-fire and may-fire")
-        vocab = SERVING_KNOBS if f.stage == "serving" else KNOBS
+        vocab = SERVING_KNOBS if f.stage == Stage.SERVING else KNOBS
         if f.knobs and not set(f.knobs) <= set(vocab):
             raise ValueError(f"fault {f.name} uses knobs {sorted(set(f.knobs) - set(vocab))} the protocol lacks")
 

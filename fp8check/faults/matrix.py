@@ -22,6 +22,7 @@ from fp8check.harness.sync.transport import beside_the_sender
 from fp8check.invariants import REGISTRY, CheckContext, FAIL, UNKNOWN, run_catalog
 
 from .base import FAULTS, Fault, NoTarget
+from fp8check.harness.kinds import Stage
 
 STATIC_FAMILIES = ("contract", "exclusion", "alignment")
 TINY_MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
@@ -81,7 +82,7 @@ def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool
             res, _, _ = reference_differential(config, fault=fault, check_ids=ids, probes=probe, receive=RECEIVE)
         else:
             # a serving fault happens to an engine that already served a sync (what the sleep / wake then keeps)
-            steps = 2 if fault.stage == "serving" else 1
+            steps = 2 if fault.stage == Stage.SERVING else 1
             res, _, _ = reference_sync(config, fault=fault, check_ids=ids, probes=probe, steps=steps,
                                        receive=RECEIVE)
     except (LayoutError, EngineError, ConfigError) as e:

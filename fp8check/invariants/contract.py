@@ -7,6 +7,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from fp8check.harness.jobconfig.versions import skyrl_raises, skyrl_source
+from fp8check.harness.kinds import Granularity, ScaleFormat
 from fp8check.harness.layouts import scale_name
 
 from .base import CheckContext, fail, invariant, passed, unknown
@@ -123,7 +124,7 @@ def _split_blocks(cfg) -> dict:
     members of one fused GEMM whose rows share a block row in the trainer's tensor (Qwen3.5's GDN b|a, the tail of
     the fused in_proj), where they start on a block boundary and run to the tensor's end, so that quantizing them
     together is what Transformer Engine did to those block rows."""
-    if not cfg.split_tensors or cfg.recipe.granularity != "block":
+    if not cfg.split_tensors or cfg.recipe.granularity != Granularity.BLOCK:
         return {}
     bn = cfg.recipe.block_shape[0]
     out = {}
@@ -163,7 +164,7 @@ def _fused_flags(ctx: CheckContext, fused: bool | None = None) -> dict:
     CPU one through Triton's interpreter (the kernel's code on the CPU suite); False none."""
     import torch
     cfg = ctx.config
-    if cfg.recipe.granularity != "block":
+    if cfg.recipe.granularity != Granularity.BLOCK:
         return {}
     names = [n for n in sorted(cfg.trainer_fp8_tensors) if n in ctx.master and n in ctx.trainer
              and (ctx.master[n].is_cuda if fused is None else fused)
@@ -215,7 +216,7 @@ CAST_BATCH_BYTES = 256 << 20
            backstop="fp32_scales_through_e8m0")
 def c2_e8m0(ctx: CheckContext):
     cfg = ctx.config
-    if cfg.recipe.scale_format == "fp32" and cfg.requant_ue8m0:
+    if cfg.recipe.scale_format == ScaleFormat.FP32 and cfg.requant_ue8m0:
         return [fail("C2", None, "blockwise FP32 scales with VLLM_USE_DEEP_GEMM=1 and VLLM_USE_DEEP_GEMM_E8M0=1: "
                      "the engine rewrites scales and codes; set VLLM_USE_DEEP_GEMM_E8M0=0",
                      key="rollout.deep_gemm_e8m0")]
@@ -235,7 +236,7 @@ def c3_blackwell(ctx: CheckContext):
     cfg, major = ctx.config, _arch_major(ctx.config.arch)
     if major is None:
         return [unknown("C3", f"gpu_arch {cfg.gpu_arch!r} not understood (expected smNN or auto)")]
-    if major >= 10 and cfg.recipe.scale_format == "fp32":
+    if major >= 10 and cfg.recipe.scale_format == ScaleFormat.FP32:
         return [fail("C3", None, f"{cfg.arch} with FP32 block scales; use recipe blockwise-pow2 "
                      "(NVTE_FP8_BLOCK_SCALING_FP32_SCALES=0) or mxfp8", key="recipe")]
     return []
@@ -254,10 +255,10 @@ def c4_fp8_param(ctx: CheckContext):
     cfg = ctx.config
     if not cfg.trainer.fp8_param:
         return []
-    if cfg.recipe.granularity == "mxfp8":
+    if cfg.recipe.granularity == Granularity.MXFP8:
         return [fail("C4", None, "fp8_param is not available with the mxfp8 recipe" +
                      _skyrl_says(ctx, "mxfp8-fp8-param"), key="trainer.fp8_param")]
-    if cfg.trainer_recipe.scale_format != "fp32":
+    if cfg.trainer_recipe.scale_format != ScaleFormat.FP32:
         return [fail("C4", None, "fp8_param with power-of-two block scales; set NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1" +
                      _skyrl_says(ctx, "pow2-scales-fp8-param"), key="trainer.fp8_param")]
     return []
@@ -270,7 +271,7 @@ def c4_fp8_param(ctx: CheckContext):
                "(or fp8_recipe=auto).")
 def c5_mxfp8(ctx: CheckContext):
     cfg, major = ctx.config, _arch_major(ctx.config.arch)
-    if cfg.recipe.granularity == "mxfp8" and major is not None and major < 10:
+    if cfg.recipe.granularity == Granularity.MXFP8 and major is not None and major < 10:
         return [fail("C5", None, f"mxfp8 on {cfg.arch}: no MXFP8 GEMMs below sm100; use blockwise-fp32 on "
                      "Hopper" + _skyrl_says(ctx, "mxfp8-pre-blackwell"), key="recipe")]
     return []
@@ -331,8 +332,9 @@ def c8_lora(ctx: CheckContext):
 
 def _both_block_activations(cfg) -> bool:
     """Both the learner and the engine quantize activations on blocks (the condition C9's pairing exists in)."""
-    return (cfg.recipe.granularity == "block" and cfg.trainer_recipe.granularity == "block" and cfg.trainer_fp8
-            and cfg.engine_recipe.granularity == "block" and bool(cfg.engine_fp8_tensors))
+    return (cfg.recipe.granularity == Granularity.BLOCK and cfg.trainer_recipe.granularity == Granularity.BLOCK
+            and cfg.trainer_fp8
+            and cfg.engine_recipe.granularity == Granularity.BLOCK and bool(cfg.engine_fp8_tensors))
 
 
 @invariant("C9", "contract", "activation scale format agrees",
@@ -345,7 +347,7 @@ def _both_block_activations(cfg) -> bool:
            applies=lambda cfg: _both_block_activations(cfg))
 def c9_activations(ctx: CheckContext):
     cfg = ctx.config
-    trainer_pow2 = cfg.trainer_recipe.scale_format == "pow2"
+    trainer_pow2 = cfg.trainer_recipe.scale_format == ScaleFormat.POW2
     engine_pow2 = cfg.requant_ue8m0
     if trainer_pow2 != engine_pow2:
         t = "power-of-two" if trainer_pow2 else "FP32"

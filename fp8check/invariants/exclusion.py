@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from fp8check.harness.kinds import Granularity
 from fp8check.harness.patterns import matches
 from fp8check.harness.layouts.megatron import megatron_pieces
 from fp8check.harness.layouts.vllm import vllm_module
@@ -118,7 +119,7 @@ def x3_trainer_fusion(ctx: CheckContext):
            backstop="router_exclusion_dropped")
 def x4_unquantizable(ctx: CheckContext):
     cfg, out = ctx.config, []
-    if cfg.recipe.granularity != "block":
+    if cfg.recipe.granularity != Granularity.BLOCK:
         return out
     bn, bk = cfg.recipe.block_shape
     for t in _linears(cfg):

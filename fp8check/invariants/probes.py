@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:     # torch and the numerics are imported in the checks that compute: pre-flight imports this without them
     import torch
 
+from fp8check.harness.kinds import Quantization
 from fp8check.harness.layouts import rank_name, scale_name
 
 from .base import CheckContext, fail, invariant, passed, unknown
@@ -199,7 +200,7 @@ def floor_logprobs(ctx: CheckContext, prompts):
     post_load = ctx.rollout.meta.post_load if ctx.rollout is not None and ctx.rollout.meta is not None else None
     hf = {n: ctx.trainer[n] for n in ctx.trainer.names()}
     try:
-        if cfg.rollout.quantization != "checkpoint" and ctx.payload is not None:
+        if cfg.rollout.quantization != Quantization.CHECKPOINT and ctx.payload is not None:
             # an engine given BF16: a perfect one holds the wire as sent (none) or its own rule over it (online)
             from fp8check.harness.numerics.online import online_engine_state_hf
             sent = {n: ctx.payload[n] for n in ctx.payload.names()}
@@ -232,7 +233,7 @@ def holds_expected(ctx: CheckContext) -> bool:
     function of the same bytes, and is computed once."""
     r, cfg = ctx.rollout, ctx.config
     proof = r.proof if r is not None else None
-    if proof is None or cfg.rollout.quantization != "checkpoint":
+    if proof is None or cfg.rollout.quantization != Quantization.CHECKPOINT:
         return False
     tp = cfg.rollout.tp_size
     want = {rank_name(n, k, tp) for k in range(tp) for n in cfg.layout.vllm_param_shapes(k)}

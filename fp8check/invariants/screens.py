@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fp8check.harness.kinds import Granularity, Quantization, ScaleFormat
 from fp8check.harness.layouts import scale_name
 
 from .base import CheckContext
@@ -42,7 +43,7 @@ class ScaleEncodings:
     def __init__(self, ctx: CheckContext, recipe, ahead: "TrainerScreens | None" = None,
                  mode: "ScreenMode | None" = None):
         from fp8check.harness.formats import E8M0
-        self.e8m0 = recipe.scale_format == "e8m0"
+        self.e8m0 = recipe.scale_format == ScaleFormat.E8M0
         wire = ctx.payload if ctx.payload is not None and ctx.config.fp8_on_wire else None
         verified = ctx.wire_verified if wire is not None else frozenset()
         tensors, self._alias, self._ahead = [], {}, {}
@@ -105,7 +106,8 @@ def zero_block_screen(ctx: CheckContext, recipe, ahead: "TrainerScreens | None" 
     flags under `mode`; a weight `ahead` screened already is not read again."""
     from fp8check.harness.bitview import FlagOf, flag
     from fp8check.harness.formats.zero_blocks import zero_block_flags
-    if recipe.granularity != "block" or recipe.amax_epsilon != 0 or ctx.config.rollout.quantization != "checkpoint":
+    if (recipe.granularity != Granularity.BLOCK or recipe.amax_epsilon != 0
+            or ctx.config.rollout.quantization != Quantization.CHECKPOINT):
         return {}
     mode = _mode(mode)
     names, out = [], {}

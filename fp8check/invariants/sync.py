@@ -17,6 +17,7 @@ if TYPE_CHECKING:     # torch and the numerics are imported in the checks that c
 
     from fp8check.harness.bitview import ScreenMode
 
+from fp8check.harness.kinds import ScaleFormat
 from fp8check.harness.layouts import engine_module, is_scale_name, rank_name, scale_name, split_rank_name, weight_of_scale
 from fp8check.harness.memo import IdentityMemo
 from .base import FAIL, CheckContext, fail, invariant, passed, unknown
@@ -299,7 +300,7 @@ def s3_scales(ctx: CheckContext, screen: ScreenMode | None = None):
         for stage, s in (("trainer", t), ("wire", ctx.payload.get(sn) if ctx.payload is not None else None)):
             if s is None or (stage == "wire" and not ctx.config.fp8_on_wire):
                 continue
-            if recipe.scale_format == "e8m0":
+            if recipe.scale_format == ScaleFormat.E8M0:
                 if s.dtype != E8M0:
                     steps.append(fail("S3", sn, f"{stage}: E8M0 scales declared, got {s.dtype}", stage=stage))
                 else:
@@ -313,7 +314,7 @@ def s3_scales(ctx: CheckContext, screen: ScreenMode | None = None):
                 return fail("S3", sn, f"{stage}: non-positive or non-finite scale_inv", stage=stage,
                             index=[int(i) for i in bad.nonzero()[0]], value=float(v[bad][0]))
             steps.append((encodings.non_positive(s), non_positive))
-            if recipe.scale_format == "pow2":
+            if recipe.scale_format == ScaleFormat.POW2:
                 def not_pow2(out, sn=sn, stage=stage, s=s):
                     v = s.float()
                     i = (~is_pow2(v)).nonzero()[0]

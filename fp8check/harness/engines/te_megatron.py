@@ -24,13 +24,15 @@ import torch
 from ..config import TRAINER_PRECISIONS, SyncConfig
 from ..formats import te_to_wire
 from ..layouts import scale_name
+from ..kinds import ScaleFormat
 from ..record import TrainerRecord
 from .cpu.masters import device_masters, kv_calibration
 from .cpu.trainer import act_quant_kind, is_fp8_gemm, masters_hf, megatron_masters
 
 
 def trainer_env(config: SyncConfig) -> dict[str, str]:
-    return {"NVTE_FP8_BLOCK_SCALING_FP32_SCALES": "1" if config.trainer_recipe.scale_format == "fp32" else "0",
+    fp32 = config.trainer_recipe.scale_format == ScaleFormat.FP32
+    return {"NVTE_FP8_BLOCK_SCALING_FP32_SCALES": "1" if fp32 else "0",
             "NCCL_NVLS_ENABLE": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
 

@@ -40,6 +40,7 @@ from .versions import param_versions, served_versions, versions_meta
 from .vllm_extension import TEST_EXTENSION
 from .vllm_numerics import declared_act_quant, declared_post_load
 from .wire import decode, encode
+from ..kinds import Quantization
 
 PROMPT_LOGPROBS = 1
 
@@ -105,7 +106,7 @@ def write_model_dir(config: SyncConfig, path: str, ignored_layers=None) -> str:
 
 def release_refuses(config: SyncConfig, facts) -> str | None:
     """Why this vLLM release cannot run `config` as fp8check judges it (None: it can)."""
-    if config.rollout.quantization == "online-per-tensor" and config.rollout.tp_size > 1 \
+    if config.rollout.quantization == Quantization.ONLINE_PER_TENSOR and config.rollout.tp_size > 1 \
             and facts.online_per_tensor_scale == "tp-group":
         return (f"rollout.quantization=online-per-tensor with tp_size {config.rollout.tp_size}: vLLM "
                 f"{facts.version} takes one scale over the tensor-parallel group, fp8check's mirror one per rank; "

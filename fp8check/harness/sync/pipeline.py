@@ -120,7 +120,7 @@ def fault_config(config: SyncConfig, fault) -> SyncConfig:
     if fault is None:
         return config
     config = fault.setup(config)
-    if fault.stage == "config":
+    if fault.stage == Stage.CONFIG:
         config = fault.apply(config, **fault.params)
     return config
 
@@ -139,7 +139,7 @@ def serving_cycle(rollout, knobs: dict, prompts):
 
 def builds_engine(fault) -> bool:
     """An engine-stage fault that needs an engine built differently (not knobs on a running one)."""
-    return fault is not None and fault.stage == "engine" and not fault.knobs
+    return fault is not None and fault.stage == Stage.ENGINE and not fault.knobs
 
 
 def payload_snapshot(payload: Payload, report: ReceiveReport | None = None) -> Snapshot:
@@ -155,11 +155,12 @@ def interceptors(fault) -> Interceptors:
         raise ValueError(f"fault {fault.name}: unknown stage {fault.stage!r}")
     stage, apply, params = fault.stage, fault.apply, fault.params
     return Interceptors(
-        on_trainer=(lambda config, hf, ctx: apply(config, hf, ctx, **params)) if stage == "trainer" else None,
-        on_payload=(lambda config, payload, ctx: apply(config, payload, ctx, **params)) if stage == "payload" else None,
-        on_buckets=(lambda config, buckets: apply(config, buckets, **params)) if stage == "buckets" else None,
-        engine_knobs=dict(fault.knobs) if stage == "engine" and fault.knobs else None,
-        serving=dict(fault.knobs or {}) if stage == "serving" else None)
+        on_trainer=(lambda config, hf, ctx: apply(config, hf, ctx, **params)) if stage == Stage.TRAINER else None,
+        on_payload=((lambda config, payload, ctx: apply(config, payload, ctx, **params))
+                    if stage == Stage.PAYLOAD else None),
+        on_buckets=(lambda config, buckets: apply(config, buckets, **params)) if stage == Stage.BUCKETS else None,
+        engine_knobs=dict(fault.knobs) if stage == Stage.ENGINE and fault.knobs else None,
+        serving=dict(fault.knobs or {}) if stage == Stage.SERVING else None)
 
 
 def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, previous: dict | None = None,

@@ -33,6 +33,7 @@ from dataclasses import replace
 import torch
 
 from ...config import ENGINE_QUANTIZATION, SyncConfig
+from ...kinds import Quantization
 from ...patterns import matches_any
 from ...digest import state_digest
 from ...formats.bytes import poison_
@@ -213,7 +214,7 @@ class ReferenceRollout(ServingMirror):
 
     def _quantized_modules(self) -> frozenset[str]:
         """The engine's own view of which vLLM modules are FP8 (vLLM `is_layer_skipped`, exact names)."""
-        if self.config.rollout.quantization == "none":
+        if self.config.rollout.quantization == Quantization.NONE:
             return frozenset()                               # started without quantization: BF16 throughout
         kinds = {t.module: t.kind for t in self.config.spec.tensors()}
         ignored = set(self.ignored_layers)

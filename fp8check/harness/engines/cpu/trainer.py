@@ -19,6 +19,7 @@ from ...memo import Memo
 from ...numerics.forward import Weights, act_quant, dequantized, prompts_logprobs
 from ...record import TrainerRecord
 from .masters import device_masters, kv_calibration, masters_hf, megatron_masters
+from ...kinds import Granularity
 
 # The reference trainer is deterministic in (model, seed, step): the fault matrix builds hundreds of them, so the
 # FP8 images and BF16 copies of the masters are memoized, per tensor (high-precision tensors are shared by every
@@ -34,7 +35,7 @@ def act_quant_kind(config: SyncConfig) -> str:
         return "none"
     if config.delayed_scaling is not None:
         return "te-delayed"
-    return "mxfp8" if config.recipe.granularity == "mxfp8" else "te"
+    return "mxfp8" if config.recipe.granularity == Granularity.MXFP8 else "te"
 
 
 def is_fp8_gemm(config: SyncConfig, megatron_name: str) -> bool:
