@@ -2,7 +2,7 @@
 # One named GPU CI job: bash ci/gpu_job.sh JOB   (.github/workflows/gpu.yml runs each as its own job; run one by hand
 # the same way on a machine with vLLM 0.26, Transformer Engine 2.20, Megatron-Core 0.19 and Ray 2.60).
 # Jobs:
-#   numerics conformance-dense conformance-moe live serving user versions online precisions kernels checkkernels scale
+#   numerics conformance-dense conformance-moe live road serving user versions online precisions kernels checkkernels scale
 #   examples
 #                     the `pytest -m gpu` phases (ci/gpu_session.sh PHASE)
 #   live-dense        `fp8check live --model tiny-dense`, every live-injectable fault, then `fp8check verify` of its snapshot
@@ -38,7 +38,7 @@ run() {   # run COMMAND...: the job's command, its log, its record
 }
 
 case $JOB in
-  numerics|conformance-dense|conformance-moe|live|serving|user|versions|online|precisions|kernels|checkkernels|scale|examples)
+  numerics|conformance-dense|conformance-moe|live|road|serving|user|versions|online|precisions|kernels|checkkernels|scale|examples)
     run "OUT=$R bash ci/gpu_session.sh $JOB" ;;
   live-dense) run "OUT=$R bash ci/gpu_live.sh dense" ;;
   live-moe) run "OUT=$R bash ci/gpu_live.sh moe" ;;

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The GPU test session, phase by phase: bash ci/gpu_session.sh PHASE [PHASE ...]   (or: all)
-# Phases: numerics conformance-dense conformance-moe live serving user versions online precisions triton kernels checkkernels
+# Phases: numerics conformance-dense conformance-moe live road serving user versions online precisions triton kernels checkkernels
 # scale examples. Each phase is one pytest process
 # with its own time limit (well inside 9 minutes), engines shared within it and released at its end, and prints
 # its own summary line. Logs and every measured figure (JSON lines) go under ${OUT:-./gpu-results}.
@@ -14,7 +14,8 @@ declare -A FILES=(
   [numerics]="tests/gpu/test_te_conformance.py tests/gpu/test_triton_conformance.py tests/gpu/test_trainer_conformance.py tests/gpu/test_vllm_online_conformance.py"
   [conformance-dense]="tests/gpu/test_vllm_conformance.py -k dense_or_digest"
   [conformance-moe]="tests/gpu/test_vllm_conformance.py -k moe"
-  [live]="tests/gpu/test_live.py tests/gpu/test_one_road_live.py"
+  [live]="tests/gpu/test_live.py"
+  [road]="tests/gpu/test_one_road_live.py"
   [serving]="tests/gpu/test_serving.py"
   [user]="tests/gpu/test_user_engine.py"
   [versions]="tests/gpu/test_vllm_versions.py"
@@ -27,7 +28,7 @@ declare -A FILES=(
   [scale]="tests/gpu/test_real_scale.py"
   [examples]="tests/gpu/test_example_verdicts.py"
 )
-ORDER="numerics conformance-dense conformance-moe live serving user versions online precisions triton kernels checkkernels scale examples"
+ORDER="numerics conformance-dense conformance-moe live road serving user versions online precisions triton kernels checkkernels scale examples"
 PHASES="$*"; [[ -z "$PHASES" || "$PHASES" == all ]] && PHASES=$ORDER
 rc=0
 for ph in $PHASES; do
