@@ -18,10 +18,10 @@ from fp8check.harness.formats import RECIPES
 from fp8check.harness.layouts import LayoutError
 from fp8check.harness.models import MODELS
 from fp8check.harness.sync.pipeline import fault_config, reference_differential, reference_sync
-from fp8check.harness.sync.transport import beside_the_sender
 from fp8check.invariants import REGISTRY, CheckContext, FAIL, UNKNOWN, run_catalog
 
 from .base import FAULTS, Fault, NoTarget
+from .beside import beside_the_sender
 from fp8check.harness.kinds import Stage
 
 STATIC_FAMILIES = ("contract", "exclusion", "alignment")
@@ -34,7 +34,7 @@ CELL_BYTES_PER_PARAM = 20
 
 
 # the reference engines receive in this process, beside the sender: the digest check compares bytes with the
-# sender's tensors, the same report as hashing them (tests/test_matrix_shortcuts.py)
+# sender's tensors (faults.beside), the same report as hashing them (tests/test_matrix_shortcuts.py)
 RECEIVE = beside_the_sender
 
 SKIPPED = ("n/a", "no-target")      # cells where the fault injects nothing, each saying why

@@ -12,8 +12,8 @@ behind the remote wrapper), and is the only code that interprets a fault's stage
 `builds_engine`): the stages take what a fault does as `stages.Interceptors`. `fp8check faults`, `snapshot`,
 `bench`, `live`, `preflight --probe` and the end-to-end RL loop run through it; `check_sync` and the pytest
 plugin are drivers over the same stages. How the engine state is captured (full read vs digest-first) is a
-strategy (harness.sync.capture), and how the wire is received another (harness.sync.transport: `hashing`,
-`beside_the_sender`).
+strategy (harness.sync.capture), and how the wire is received another (`receive`: harness.sync.transport's
+`hashing` by default; the fault matrix passes its own).
 
 Fault stages (a fault is any object with `stage`, `apply`, `params`, `setup`, and for the engine stage `knobs`):
   config   (config) -> config                       a misconfigured job: engines are built from it (`fault_config`)
@@ -39,7 +39,7 @@ from .capture import DigestFirst, FullRead
 from .payload import Payload
 from .stages import Interceptors, install_items
 from .timing import Clock
-from .transport import ReceiveReport, beside_the_sender, hashing
+from .transport import ReceiveReport, hashing
 
 STAGES = tuple(Stage)
 
@@ -175,12 +175,12 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     before its last step, or a callable that makes it (faults that mix versions draw from it). `naive`: the
     failure mode the tool exists for (the FP8 forward weight dequantized to BF16 and quantized again by the
     engine). `direct`: install through the model's own load_weights. `capture`: FullRead (default) or
-    DigestFirst. `receive`: how the wire is received (`transport.hashing`, default; `beside_the_sender` where the
-    receiver may read the sender's tensors). `ahead_on_cpu`: what is begun beside the install runs in the
-    background thread on CPU tensors too (as on the GPU path). `periodic=False`: a schedule's cheap sync (checks
-    left on for every sync of a run): what costs as much as the sync itself -- S7's re-sync, the periodic
-    invariants (P1's forwards, C1's requantization) -- is left to the periodic syncs and named in
-    `SyncResult.deferred`. `catalog=False`: the sync alone -- no poison, no record, no capture, no checks -- the
+    DigestFirst. `receive(buckets, verify_digests, sent)`: how the wire is received (`transport.hashing`, default;
+    the fault matrix passes its own, for a receiver that may read the sender's tensors). `ahead_on_cpu`: what is
+    begun beside the install runs in the background thread on CPU tensors too (as on the GPU path).
+    `periodic=False`: a schedule's cheap sync (checks left on for every sync of a run): what costs as much as the
+    sync itself -- S7's re-sync, the periodic invariants (P1's forwards, C1's requantization) -- is left to the
+    periodic syncs and named in `SyncResult.deferred`. `catalog=False`: the sync alone -- no poison, no record, no capture, no checks -- the
     baseline a bench measures what the catalog adds against (the catalog overlaps the wire and the install).
     `SyncResult.seconds`: where the time went (`timing.Clock`)."""
     hooks, capture, clock, poison = interceptors(fault), capture or FullRead(), Clock(), poison and catalog
@@ -316,6 +316,6 @@ def reference_sync(config: SyncConfig, *, steps: int = 1, fault=None, receive=ha
     return result, trainer, rollout
 
 
-__all__ = ["FaultContext", "NoTarget", "STAGES", "SyncResult", "builds_engine", "beside_the_sender", "fault_config",
+__all__ = ["FaultContext", "NoTarget", "STAGES", "SyncResult", "builds_engine", "fault_config",
            "hashing", "install_items", "interceptors", "payload_snapshot", "reference_engines", "reference_sync",
            "run_sync", "DigestFirst", "FullRead"]
