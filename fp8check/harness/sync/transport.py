@@ -8,9 +8,10 @@ The receiver never trusts the wire: it decodes what it can, and reports lost, re
 digest-mismatching pieces in a ReceiveReport instead of raising, so the invariants see the damage. Transport
 faults act on buckets through `truncated` and `flipped` (any device).
 
-How a sync receives is the caller's choice, never the engine's (`receive(buckets, verify_digests, sent)`);
-`hashing` is what a real receiver does: every received tensor's digest computed from its bytes. `unpack` takes
-the digest check as `digests_ok`, so a caller's receive strategy may decide it otherwise.
+How a sync packs and receives is the caller's choice, never the engine's (`pack(payload, bucket_bytes)`,
+`receive(buckets, verify_digests, sent)`); `pack` and `hashing` are what a real sender and receiver do: every
+received tensor's digest computed from its bytes. `unpack` takes the digest check as `digests_ok`, so a caller's
+receive strategy may decide it otherwise.
 """
 from __future__ import annotations
 
