@@ -1,19 +1,22 @@
 """The fault matrix's speed-ups give the answers they replace: the receiver's digest check beside the sender
-(`_digests_ok`, with or without the packing's record; `transport.beside_the_sender`, the receive the matrix passes
-to `run_sync`) equals hashing the received bytes, and the reference
+(`faults.beside`: `digests_beside`, with or without the packing's record; `pack_beside` and `beside_the_sender`,
+the pack and receive the matrix passes to `run_sync`) equals hashing the received bytes
+(`transport.digests_hashed`, `transport.hashing`), and the reference
 forwards shared by content (`FORWARDS`) are the forwards of the engine they are asked for."""
 import json
 
 import pytest
 import torch
 
+from fp8check.faults import beside
+from fp8check.faults.beside import beside_the_sender, digests_beside, pack_beside
 from fp8check.harness.config import recommended_config
 from fp8check.harness.engines.cpu import rollout as rollout_module
 from fp8check.harness.engines.registry import make_engine
 from fp8check.harness.sync import transport
 from fp8check.harness.sync.payload import TensorRecord, digest_matches, dtype_name, payload_from_items, tensor_digest
 from fp8check.harness.sync.pipeline import run_sync
-from fp8check.harness.sync.transport import _digests_ok, flipped, pack, unpack
+from fp8check.harness.sync.transport import digests_hashed, flipped
 
 
 def _raw(t):
@@ -35,31 +38,33 @@ def test_digest_check_beside_the_sender_is_the_hash_check():
              (a.float().neg().mul(0), a.float().mul(0), tensor_digest(a.float().mul(0)))]   # -0 vs 0
     for got, sent, digest in cases:
         rec = TensorRecord("w", "hp", dtype_name(got.dtype), tuple(got.shape), None, 1, digest)
-        assert _digests_ok([(rec, got, _raw(got), False)], {"w": sent}) == [digest_matches(got, digest)]
-        assert _digests_ok([(rec, got, _raw(got), False)], None) == [digest_matches(got, digest)]
+        assert digests_beside({"w": sent}, [(rec, got, _raw(got))]) == [digest_matches(got, digest)]
+        assert digests_beside({}, [(rec, got, _raw(got))]) == [digest_matches(got, digest)]
+        assert digests_hashed([(rec, got, _raw(got))]) == [digest_matches(got, digest)]
 
 
 def test_bytes_known_from_the_packing_are_judged_as_hashed_ones(monkeypatch):
-    """Beside the sender, `unpack` skips the byte compare for bytes `pack` copied that nobody wrote since. A bucket
-    written in place, a header pointing elsewhere, a sender tensor written before or after the packing, a bucket
-    rebuilt or given other data: each receive report equals the one from hashing every received tensor."""
+    """Beside the sender, bytes `pack_beside` copied that nobody wrote since are neither compared nor hashed. A
+    bucket written in place, a header pointing elsewhere, a sender tensor written before or after the packing, a
+    bucket rebuilt or given other data: each receive report equals the one from hashing every received tensor."""
     cfg = recommended_config("tiny-dense", "blockwise-fp32")
 
     def fresh():
         g = torch.Generator().manual_seed(0)
         sent = payload_from_items(cfg, [(f"w{i}", torch.randn(32, 64, generator=g).bfloat16()) for i in range(4)], 1)
-        return sent, pack(sent, 1 << 20)
+        return sent, pack_beside(sent, 1 << 20)
 
     def mismatching(sent, buckets):
-        payload, rep = unpack(buckets, True, sent=sent.tensors)
-        hashed_payload, hashed = unpack(buckets, True, sent=None)
+        payload, rep = beside_the_sender(buckets, True, sent)
+        hashed_payload, hashed = transport.hashing(buckets, True, sent)
         assert rep.to_json() == hashed.to_json() and list(payload.tensors) == list(hashed_payload.tensors)
         return rep.digest_mismatch
 
-    compares = []
-    bytes_equal = transport.bytes_equal
-    monkeypatch.setattr(transport, "bytes_equal", lambda a, b: compares.append(1) or bytes_equal(a, b))
-    assert mismatching(*fresh()) == [] and not compares                # intact: not one byte compared
+    read = []
+    digests, bytes_equal = beside.digests_hashed, beside.bytes_equal
+    monkeypatch.setattr(beside, "digests_hashed", lambda received: read.extend(received) or digests(received))
+    monkeypatch.setattr(beside, "bytes_equal", lambda a, b: read.append(1) or bytes_equal(a, b))
+    assert mismatching(*fresh()) == [] and not read                  # intact: not one byte compared or hashed
     sent, buckets = fresh()
     buckets[0].data[3] ^= 0x10                           # the bucket written in place after the packing
     assert mismatching(sent, buckets) == ["w0"]
@@ -72,7 +77,7 @@ def test_bytes_known_from_the_packing_are_judged_as_hashed_ones(monkeypatch):
     assert mismatching(sent, buckets) == []
     sent, _ = fresh()
     sent.tensors["w2"].view(torch.int16)[0, 0] ^= 1      # ... and before it: the manifest describes other bytes
-    assert mismatching(sent, pack(sent, 1 << 20)) == ["w2"]
+    assert mismatching(sent, pack_beside(sent, 1 << 20)) == ["w2"]
     sent, buckets = fresh()
     buckets[0] = flipped(buckets[0], 5, 0x01)            # rebuilt: no packing record
     assert mismatching(sent, buckets) == ["w0"]
@@ -85,19 +90,20 @@ def test_bytes_known_from_the_packing_are_judged_as_hashed_ones(monkeypatch):
 @pytest.mark.parametrize("name", [None, "bytes_corrupted", "bytes_corrupted_unverified", "bucket_truncated",
                                   "bucket_lost", "scale_dropped"])
 def test_the_matrix_receives_beside_the_sender_with_the_answer_of_hashing(name):
-    """The fault matrix passes `beside_the_sender` (its reference engines receive in the sender's process); a sync
-    received that way gives the receive report and the findings of one whose receiver hashes every tensor."""
+    """The fault matrix passes `pack_beside` and `beside_the_sender` (its reference engines receive in the sender's
+    process); a sync received that way gives the receive report and the findings of one whose receiver hashes
+    every tensor."""
     from fp8check.faults import FAULTS
     from fp8check.faults import matrix
     from fp8check.harness.sync.pipeline import fault_config, reference_sync
-    assert matrix.RECEIVE is transport.beside_the_sender
+    assert (matrix.PACK, matrix.RECEIVE) == (pack_beside, beside_the_sender)
     fault = FAULTS[name] if name else None
     cfg = fault_config(recommended_config("tiny-dense", "blockwise-fp32"), fault)
     text = lambda res: ([json.dumps(f.to_json(), sort_keys=True, default=str) for f in res.findings],   # noqa: E731
                         res.report.to_json())
     hashed = reference_sync(cfg, fault=fault, receive=transport.hashing)[0]
-    beside = reference_sync(cfg, fault=fault, receive=transport.beside_the_sender)[0]
-    assert text(beside) == text(hashed)
+    besides = reference_sync(cfg, fault=fault, receive=beside_the_sender, pack=pack_beside)[0]
+    assert text(besides) == text(hashed)
     assert bool(hashed.report.digest_mismatch) == (name in ("bytes_corrupted", "bytes_corrupted_unverified"))
 
 

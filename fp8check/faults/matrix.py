@@ -18,10 +18,10 @@ from fp8check.harness.formats import RECIPES
 from fp8check.harness.layouts import LayoutError
 from fp8check.harness.models import MODELS
 from fp8check.harness.sync.pipeline import fault_config, reference_differential, reference_sync
-from fp8check.harness.sync.transport import beside_the_sender
 from fp8check.invariants import REGISTRY, CheckContext, FAIL, UNKNOWN, run_catalog
 
 from .base import FAULTS, Fault, NoTarget
+from .beside import beside_the_sender, pack_beside
 from fp8check.harness.kinds import Stage
 
 STATIC_FAMILIES = ("contract", "exclusion", "alignment")
@@ -34,8 +34,9 @@ CELL_BYTES_PER_PARAM = 20
 
 
 # the reference engines receive in this process, beside the sender: the digest check compares bytes with the
-# sender's tensors, the same report as hashing them (tests/test_matrix_shortcuts.py)
-RECEIVE = beside_the_sender
+# sender's tensors, or knows them from the packing (faults.beside), the same report as hashing them
+# (tests/test_matrix_shortcuts.py)
+PACK, RECEIVE = pack_beside, beside_the_sender
 
 SKIPPED = ("n/a", "no-target")      # cells where the fault injects nothing, each saying why
 
@@ -79,12 +80,13 @@ def check_config(config: SyncConfig, fault: Fault | None = None, *, probes: bool
     probe = fault is None or probes or "P1" in fault.declared
     try:
         if fault is None or "R3" in fault.declared:    # clean runs include the cold-vs-warm differential
-            res, _, _ = reference_differential(config, fault=fault, check_ids=ids, probes=probe, receive=RECEIVE)
+            res, _, _ = reference_differential(config, fault=fault, check_ids=ids, probes=probe, receive=RECEIVE,
+                                               pack=PACK)
         else:
             # a serving fault happens to an engine that already served a sync (what the sleep / wake then keeps)
             steps = 2 if fault.stage == Stage.SERVING else 1
             res, _, _ = reference_sync(config, fault=fault, check_ids=ids, probes=probe, steps=steps,
-                                       receive=RECEIVE)
+                                       receive=RECEIVE, pack=PACK)
     except (LayoutError, EngineError, ConfigError) as e:
         # the engines cannot even be built from this configuration: the static rules must say why
         static = run_catalog(CheckContext(config), families=STATIC_FAMILIES, static_only=True)

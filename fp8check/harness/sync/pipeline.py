@@ -12,8 +12,8 @@ behind the remote wrapper), and is the only code that interprets a fault's stage
 `builds_engine`): the stages take what a fault does as `stages.Interceptors`. `fp8check faults`, `snapshot`,
 `bench`, `live`, `preflight --probe` and the end-to-end RL loop run through it; `check_sync` and the pytest
 plugin are drivers over the same stages. How the engine state is captured (full read vs digest-first) is a
-strategy (harness.sync.capture), and how the wire is received another (harness.sync.transport: `hashing`,
-`beside_the_sender`).
+strategy (harness.sync.capture), and how the wire is packed and received another (`pack`, `receive`:
+harness.sync.transport's `pack` and `hashing` by default; the fault matrix passes its own).
 
 Fault stages (a fault is any object with `stage`, `apply`, `params`, `setup`, and for the engine stage `knobs`):
   config   (config) -> config                       a misconfigured job: engines are built from it (`fault_config`)
@@ -39,7 +39,7 @@ from .capture import DigestFirst, FullRead
 from .payload import Payload
 from .stages import Interceptors, install_items
 from .timing import Clock
-from .transport import ReceiveReport, beside_the_sender, hashing
+from .transport import ReceiveReport, hashing, pack
 
 STAGES = tuple(Stage)
 
@@ -166,7 +166,7 @@ def interceptors(fault) -> Interceptors:
 def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, previous: dict | None = None,
              poison: bool = True, resync: bool = True, naive: bool = False, direct: bool = False,
              master: bool = True, checks: bool = True, check_ids=None, probes: bool = False, probe_bounds=None,
-             prompts=None, periodic: bool = True, catalog: bool = True, receive=hashing,
+             prompts=None, periodic: bool = True, catalog: bool = True, receive=hashing, pack=pack,
              ahead_on_cpu: bool = False) -> SyncResult:
     """One sync of the trainer's current weights into `rollout`, then the catalog: the stages
     (`harness.sync.stages`) in order, with `fault` applied at the stage it corrupts (`interceptors`).
@@ -175,10 +175,11 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
     before its last step, or a callable that makes it (faults that mix versions draw from it). `naive`: the
     failure mode the tool exists for (the FP8 forward weight dequantized to BF16 and quantized again by the
     engine). `direct`: install through the model's own load_weights. `capture`: FullRead (default) or
-    DigestFirst. `receive`: how the wire is received (`transport.hashing`, default; `beside_the_sender` where the
-    receiver may read the sender's tensors). `ahead_on_cpu`: what is begun beside the install runs in the
-    background thread on CPU tensors too (as on the GPU path). `periodic=False`: a schedule's cheap sync (checks
-    left on for every sync of a run): what costs as much as the sync itself -- S7's re-sync, the periodic
+    DigestFirst. `receive(buckets, verify_digests, sent)`: how the wire is received (`transport.hashing`, default),
+    and `pack(payload, bucket_bytes)` how it is packed (`transport.pack`); the fault matrix passes its own pair,
+    for a receiver that may read the sender's tensors. `ahead_on_cpu`: what is begun beside the install runs in
+    the background thread on CPU tensors too (as on the GPU path). `periodic=False`: a schedule's cheap sync
+    (checks left on for every sync of a run): what costs as much as the sync itself -- S7's re-sync, the periodic
     invariants (P1's forwards, C1's requantization) -- is left to the periodic syncs and named in
     `SyncResult.deferred`. `catalog=False`: the sync alone -- no poison, no record, no capture, no checks -- the
     baseline a bench measures what the catalog adds against (the catalog overlaps the wire and the install).
@@ -198,7 +199,7 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
             poisoning = stages.start_poison(rollout)
     with clock("wire"):
         fctx = FaultContext(config, ex.hf, previous, masters)
-        wire = stages.send(config, ex.hf, version, masters, fctx, hooks, naive=naive, receive=receive)
+        wire = stages.send(config, ex.hf, version, masters, fctx, hooks, naive=naive, receive=receive, pack=pack)
     trainer_hf, items = wire.trainer_hf, install_items(wire.received)
     if naive:
         items = rollout.quantize_online(items)
@@ -248,18 +249,18 @@ def run_sync(config: SyncConfig, trainer, rollout, *, fault=None, capture=None, 
 
 def cold_warm(config: SyncConfig, trainer, warm, cold, *, fault=None, capture=None, prompts=None,
               max_tokens: int = 8, previous=None, check_ids=None, probes: bool = False,
-              receive=hashing) -> SyncResult:
+              receive=hashing, pack=pack) -> SyncResult:
     """The cold-vs-warm differential (R3): sync the trainer's current weights into `warm` (an engine that held
     other weights) and into `cold` (a fresh engine), measure both engines' outputs on fixed prompts, and run the
-    catalog on the warm sync with the cold engine beside it. `receive`: both syncs' (`run_sync`)."""
+    catalog on the warm sync with the cold engine beside it. `receive`, `pack`: both syncs' (`run_sync`)."""
     from fp8check.invariants import run_catalog
     prompts = prompts or differential_prompts(config.spec.vocab_size)
     res = run_sync(config, trainer, warm, fault=fault, capture=capture, previous=previous, checks=False,
-                   probes=probes, receive=receive)
+                   probes=probes, receive=receive, pack=pack)
     warm.measure_outputs(prompts, max_tokens)
     res.rollout.meta.serving = warm.record().serving
     cres = run_sync(config, trainer, cold, capture=capture, previous=previous, checks=False, master=False,
-                    receive=receive)
+                    receive=receive, pack=pack)
     cold.measure_outputs(prompts, max_tokens)
     cres.rollout.meta.serving = cold.record().serving
     ctx = res.context()
@@ -283,39 +284,39 @@ def reference_engines(config: SyncConfig, fault=None):
 
 
 def reference_differential(config: SyncConfig, *, fault=None, check_ids=None, probes: bool = False,
-                           receive=hashing) -> tuple[SyncResult, object, object]:
+                           receive=hashing, pack=pack) -> tuple[SyncResult, object, object]:
     """The cold-vs-warm differential with the reference engines: a warm engine syncs step 1 and serves the fixed
     prompts, the trainer steps, then step 2 goes (through `fault`) into the warm engine and into a fresh one.
-    `receive`: every sync's (`run_sync`)."""
+    `receive`, `pack`: every sync's (`run_sync`)."""
     from ..engines.registry import make_engine
     trainer, warm = reference_engines(config, fault)
     trainer.optimizer_step()
-    run_sync(config, trainer, warm, checks=False, master=False, receive=receive)
+    run_sync(config, trainer, warm, checks=False, master=False, receive=receive, pack=pack)
     warm.measure_outputs(differential_prompts(config.spec.vocab_size))
     previous = trainer.export_hf()
     trainer.optimizer_step()
     cold = make_engine("rollout", "cpu-reference", config)
     res = cold_warm(config, trainer, warm, cold, fault=fault, previous=previous, check_ids=check_ids, probes=probes,
-                    receive=receive)
+                    receive=receive, pack=pack)
     return res, trainer, warm
 
 
-def reference_sync(config: SyncConfig, *, steps: int = 1, fault=None, receive=hashing,
+def reference_sync(config: SyncConfig, *, steps: int = 1, fault=None, receive=hashing, pack=pack,
                    **kw) -> tuple[SyncResult, object, object]:
     """Build the reference trainer and rollout, take `steps` optimizer steps (syncing cleanly after all but the
     last one), then run the sync under test (`kw`: `run_sync`'s). `config`: as `fault_config` returned it.
-    `receive`: every sync's. Returns (result, trainer, rollout)."""
+    `receive`, `pack`: every sync's. Returns (result, trainer, rollout)."""
     trainer, rollout = reference_engines(config, fault)
     for s in range(steps):
         trainer.optimizer_step()
         if s < steps - 1:
-            run_sync(config, trainer, rollout, resync=False, checks=False, master=False, receive=receive)
+            run_sync(config, trainer, rollout, resync=False, checks=False, master=False, receive=receive, pack=pack)
     # the export before the last step, made only if a fault reads it (the reference is deterministic in the step)
     previous = (lambda: trainer.export_hf_at(trainer.step - 1)) if steps else None
-    result = run_sync(config, trainer, rollout, fault=fault, previous=previous, receive=receive, **kw)
+    result = run_sync(config, trainer, rollout, fault=fault, previous=previous, receive=receive, pack=pack, **kw)
     return result, trainer, rollout
 
 
-__all__ = ["FaultContext", "NoTarget", "STAGES", "SyncResult", "builds_engine", "beside_the_sender", "fault_config",
+__all__ = ["FaultContext", "NoTarget", "STAGES", "SyncResult", "builds_engine", "fault_config",
            "hashing", "install_items", "interceptors", "payload_snapshot", "reference_engines", "reference_sync",
            "run_sync", "DigestFirst", "FullRead"]

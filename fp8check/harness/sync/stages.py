@@ -68,11 +68,12 @@ class Wire:
 
 
 def send(config: SyncConfig, trainer_hf: dict, version: int, masters, fctx, hooks: Interceptors, *,
-         naive: bool = False, receive=hashing) -> Wire:
+         naive: bool = False, receive=hashing, pack=pack) -> Wire:
     """The learner's export through the wire: payload (its digests), buckets, the receiver's decode and digest
-    check (`receive(buckets, verify_digests, sent)`, `transport.hashing` or `beside_the_sender`). `masters`: the
-    BF16/FP32 masters, or a callable that makes them (called only where the wire carries them). `naive`: the round
-    trip (the FP8 forward dequantized for the engine to quantize again)."""
+    check (`receive(buckets, verify_digests, sent)`: `transport.hashing`, or a caller's strategy, with the
+    `pack(payload, bucket_bytes)` that goes with it, `transport.pack` by default). `masters`: the BF16/FP32
+    masters, or a callable that makes them (called only where the wire carries them). `naive`: the round trip (the
+    FP8 forward dequantized for the engine to quantize again)."""
     if hooks.on_trainer is not None:                   # the learner itself holds these bytes
         trainer_hf = hooks.on_trainer(config, dict(trainer_hf), fctx)
         fctx.trainer_hf = trainer_hf

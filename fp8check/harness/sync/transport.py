@@ -8,10 +8,10 @@ The receiver never trusts the wire: it decodes what it can, and reports lost, re
 digest-mismatching pieces in a ReceiveReport instead of raising, so the invariants see the damage. Transport
 faults act on buckets through `truncated` and `flipped` (any device).
 
-How a sync receives is the caller's choice, never the engine's (`receive(buckets, verify_digests, sent)`):
-`hashing`, what a real receiver does (every received tensor's digest computed from its bytes), or
-`beside_the_sender`, for a receiver in the sender's process (the fault matrix's reference engines), which
-compares the received bytes with the sender's tensors instead: the same report (tests/test_matrix_shortcuts.py).
+How a sync packs and receives is the caller's choice, never the engine's (`pack(payload, bucket_bytes)`,
+`receive(buckets, verify_digests, sent)`); `pack` and `hashing` are what a real sender and receiver do: every
+received tensor's digest computed from its bytes. `unpack` takes the digest check as `digests_ok`, so a caller's
+receive strategy may decide it otherwise.
 """
 from __future__ import annotations
 
@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..bitview import bytes_equal
 from ..formats.bytes import as_bytes
-from .payload import Payload, PayloadError, TensorRecord, digest_matches, parse_dtype, sender_digest
+from .payload import Payload, PayloadError, TensorRecord, digest_matches, parse_dtype
 
 MAGIC = b"FP8B"
 ALIGN = 16
@@ -33,9 +32,6 @@ ALIGN = 16
 class Bucket:
     header: dict
     data: torch.Tensor              # flat uint8, on the payload's device
-    # what `pack` copied in, never on the wire: (data, its version then, {name: (the sender's tensor, its version
-    # then, offset, nbytes)}), read by `unpack` beside the sender (`_as_packed`)
-    packed: tuple | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.data.numel())
@@ -106,7 +102,7 @@ def pack(payload: Payload, bucket_bytes: int) -> list[Bucket]:
         size += n
     out = []
     for seq, recs in enumerate(groups):
-        parts, meta, off, sources = [], [], 0, {}
+        parts, meta, off = [], [], 0
         for r in recs:
             t = payload.tensors[r.name]
             b = as_bytes(t)
@@ -115,61 +111,35 @@ def pack(payload: Payload, bucket_bytes: int) -> list[Bucket]:
                 parts.append(torch.zeros(pad, dtype=torch.uint8, device=b.device))
                 off += pad
             meta.append({**r.to_json(), "offset": off, "nbytes": int(b.numel())})
-            sources[r.name] = (t, t._version, off, int(b.numel()))
             parts.append(b)
             off += int(b.numel())
         device = parts[0].device if parts else torch.device("cpu")
         data = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8, device=device)
-        out.append(Bucket({"seq": seq, "total": len(groups), "version": payload.version, "records": meta}, data,
-                          (data, data._version, sources)))
+        out.append(Bucket({"seq": seq, "total": len(groups), "version": payload.version, "records": meta}, data))
     return out
 
 
-def _as_packed(b: Bucket, name: str, off: int, nbytes: int, ref: torch.Tensor) -> bool:
-    """These received bytes are the ones `pack` copied from `ref` into this bucket, and neither was written since:
-    the same tensor objects with unchanged version counters (harness.memo.IdentityMemo's rule; host tensors only,
-    where PyTorch's own ops are what write them). A bucket a fault rebuilt, cut or flipped carries no record."""
-    if b.packed is None or ref.device.type != "cpu":
-        return False
-    data, version, sources = b.packed
-    src = sources.get(name)
-    return (src is not None and data is b.data and data._version == version and src[0] is ref
-            and ref._version == src[1] and src[2:] == (off, nbytes))
-
-
-def _digests_ok(received: list, sent) -> list[bool]:
-    """Do the received bytes have the manifest's digests? Where the sender's tensor of that name is at hand (the
-    pipeline's in-process wire) and its bytes equal the received ones, the answer is whether the sender's digest --
-    memoized by tensor identity, computed once per distinct tensor -- is the manifest's: the same boolean as
-    hashing the received bytes again, for a byte compare (several times faster than a blake2b pass; compared in
-    64-bit words where the bytes allow, harness.bitview), or for none where they are the sender's bytes by
-    construction (`_as_packed`). The others are digested: a device's in one batch."""
+def digests_hashed(received: list) -> list[bool]:
+    """Does each received (record, tensor, raw bytes) have its manifest's digest, computed from its bytes: a
+    device's digests in one batch (one host copy), the others one at a time. The default digest check of `unpack`."""
     out: list = [None] * len(received)
-    rest: list = []
-    for i, (rec, t, raw, packed) in enumerate(received):
-        ref = sent.get(rec.name) if sent is not None else None
-        if ref is not None and ref.dtype == t.dtype and tuple(ref.shape) == tuple(t.shape) and ref.device == t.device:
-            known = sender_digest(ref)
-            if known[:3] == rec.digest[:3] and (packed or bytes_equal(ref, raw)):
-                out[i] = known == rec.digest
-                continue
-        rest.append(i)
-    on_device = [i for i in rest if received[i][2].device.type != "cpu" and received[i][0].digest.startswith("fx:")]
+    on_device = [i for i, (rec, _, raw) in enumerate(received)
+                 if raw.device.type != "cpu" and rec.digest.startswith("fx:")]
     if on_device:
         from ..digest import state_digests
         got = state_digests({i: received[i][1] for i in on_device})
         for i in on_device:
             out[i] = got[i] == received[i][0].digest
-    for i in rest:
+    for i, (rec, t, _) in enumerate(received):
         if out[i] is None:
-            out[i] = digest_matches(received[i][1], received[i][0].digest)
+            out[i] = digest_matches(t, rec.digest)
     return out
 
 
-def unpack(buckets: list, verify_digests: bool = True, sent: dict | None = None) -> tuple[Payload, ReceiveReport]:
+def unpack(buckets: list, verify_digests: bool = True, digests_ok=None) -> tuple[Payload, ReceiveReport]:
     """Buckets (or their byte form) -> the payload as received; tensors are views into the buckets' buffers.
-    `sent`: the sender's tensors by name, where the receiver runs beside the sender (a shortcut for the digest
-    check that gives the same answer, `_digest_ok`)."""
+    `digests_ok(received) -> list[bool]`: for every decoded (record, tensor, raw bytes), in wire order, whether it
+    has its manifest's digest (`digests_hashed` by default); called once, with every decoded tensor."""
     rep = ReceiveReport()
     records: list[TensorRecord] = []
     tensors: dict[str, torch.Tensor] = {}
@@ -215,11 +185,10 @@ def unpack(buckets: list, verify_digests: bool = True, sent: dict | None = None)
                                          f"({e.__class__.__name__})")
                 order.append(rec.name)
                 continue
-            ref = sent.get(rec.name) if sent is not None else None
             order.append(len(received))
-            received.append((rec, t, raw, ref is not None and _as_packed(b, rec.name, off, nbytes, ref)))
+            received.append((rec, t, raw))
     # every received tensor's digest at once (on a GPU one batch, one host copy), then the verdicts in wire order
-    ok = _digests_ok(received, sent)
+    ok = (digests_ok or digests_hashed)(received)
     for k in order:
         if isinstance(k, str):
             rep.dropped.append(k)
@@ -237,10 +206,3 @@ def unpack(buckets: list, verify_digests: bool = True, sent: dict | None = None)
 def hashing(buckets: list, verify_digests: bool, sent: Payload) -> tuple[Payload, ReceiveReport]:
     """The receiver as a real engine's: every received tensor's digest computed from its bytes (`sent` unread)."""
     return unpack(buckets, verify_digests)
-
-
-def beside_the_sender(buckets: list, verify_digests: bool, sent: Payload) -> tuple[Payload, ReceiveReport]:
-    """The receiver beside the sender, in its process: the digest check compares the received bytes with the
-    sender's tensors (bytes the packing copied that nobody wrote since are not compared at all). The same report
-    as `hashing`; only for a receiver that can read the sender's tensors."""
-    return unpack(buckets, verify_digests, sent=sent.tensors)
