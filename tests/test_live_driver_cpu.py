@@ -7,10 +7,10 @@ from fp8check import faults
 from fp8check.e2e.live import LiveSession
 from fp8check.faults import live_faults
 from fp8check.harness.config import recommended_config
-from fp8check.harness.engines.cpu.rollout import ReferenceRollout
+from fp8check.harness.engines.cpu.perturbed import PerturbableRollout
 
 CPU = dict(trainer="cpu-reference", rollout="cpu-reference", ray=False)
-DENSE_LIVE = live_faults(recommended_config("tiny-dense", "blockwise-fp32"), ReferenceRollout.knobs)
+DENSE_LIVE = live_faults(recommended_config("tiny-dense", "blockwise-fp32"), PerturbableRollout.knobs)
 
 
 def cpu_session(cfg):

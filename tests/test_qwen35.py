@@ -16,6 +16,7 @@ from fp8check import faults
 from fp8check.e2e.live import LiveSession
 from fp8check.faults import REAL_SHAPE_FAULTS, live_faults, real_shape_faults
 from fp8check.harness.config import SyncConfig, recommended_config
+from fp8check.harness.engines.cpu.perturbed import PerturbableRollout
 from fp8check.harness.engines.cpu.rollout import ReferenceRollout
 from fp8check.harness.engines.cpu.trainer import ReferenceTrainer
 from fp8check.harness.engines.vllm import text_only_kwargs, write_model_dir
@@ -537,7 +538,7 @@ def test_gdn_faults_target_a_gdn_layer_and_apply_only_to_hybrid_models():
     dense, hybrid = recommended_config("tiny-dense", "blockwise-fp32"), recommended_config("tiny-hybrid", "mxfp8")
     for n in ("gdn_in_proj_misordered", "gdn_a_log_dt_bias_swapped"):
         assert not faults.FAULTS[n].applies(dense) and faults.FAULTS[n].applies(hybrid)
-        assert n in live_faults(hybrid, ReferenceRollout.knobs)
+        assert n in live_faults(hybrid, PerturbableRollout.knobs)
     # a config that sends the in_proj members in FP8 has no BF16 rows to mis-split
     fp8_in_proj = recommended_config("tiny-hybrid", "blockwise-fp32").with_(default_exclude=False)
     assert not faults.FAULTS["gdn_in_proj_misordered"].applies(fp8_in_proj)
@@ -567,7 +568,7 @@ def test_tiny_hybrid_live_session_clean_sync(hybrid_session):
 @pytest.mark.parametrize("name", HYBRID_LIVE)
 def test_tiny_hybrid_live_faults_are_caught(hybrid_session, name):
     f = faults.FAULTS[name]
-    assert name in live_faults(hybrid_session.config, ReferenceRollout.knobs)
+    assert name in live_faults(hybrid_session.config, PerturbableRollout.knobs)
     o, again = hybrid_session.sync(name, fault=f), hybrid_session.sync("again")
     assert f.verdict(o.fired) == "caught" and not f.undeclared(o.fired), (name, o.fired, f.trips)
     assert not again.fired and not again.unknown, again.to_json()

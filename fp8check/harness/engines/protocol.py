@@ -17,7 +17,8 @@ from ..record import EngineRecord, TrainerRecord, UpdateRecord
 # (name, tensor, version) as the pipeline hands them to `install`
 Item = tuple[str, torch.Tensor, int]
 
-# Engine-stage fault knobs an engine may support while running (Fault.knobs uses these names):
+# Engine-stage fault knobs an engine may support while running (Fault.knobs uses these names; the pure mirrors
+# declare none, fp8check's own engines -- cpu/perturbed.py, the vLLM test extension -- all):
 #   post_process_repeats  int   how many times post-load processing runs per completed module (1 = correct)
 #   detach_on_install     bool  write loaded weights into new tensors instead of the captured storage
 #   generate_during_update int  serve one generation request after this many loads of an update

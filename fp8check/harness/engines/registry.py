@@ -63,12 +63,16 @@ def make_engine(kind: str, name: str, config, **kwargs):
 
 def _builtin():
     from .cpu.learner import CpuLearner
+    from .cpu.perturbed import PerturbableRollout
     from .cpu.rollout import ReferenceRollout
     from .cpu.trainer import ReferenceTrainer
     from .te_megatron import MegatronTrainer, trainer_env
     from .vllm import VLLMEngine, engine_env
     register_engine("trainer", "cpu-reference", ReferenceTrainer)
-    register_engine("rollout", "cpu-reference", ReferenceRollout)
+    # fp8check's own CPU engine carries the fault knobs (as its vLLM engines carry the test extension); the pure
+    # mirror, with none, is there for conformance
+    register_engine("rollout", "cpu-reference", PerturbableRollout)
+    register_engine("rollout", "cpu-mirror", ReferenceRollout)
     register_engine("trainer", "cpu-learner", CpuLearner)
     register_engine("trainer", "megatron", MegatronTrainer, gpu=True, env=trainer_env)
     register_engine("rollout", "vllm", VLLMEngine, gpu=True, env=engine_env)

@@ -22,6 +22,10 @@ Generation reads the tensors captured at start-up (what a CUDA graph holds), not
 currently bound to the parameter name. `sample` (the RL loop's rollout, e2e/rl/engines.py) serves as vLLM does,
 with activations in the model's BF16 dtype (every GEMM reads and writes BF16, logits included);
 `generate_logprobs` keeps the fp32 reference forward the P1 probe bounds were calibrated on.
+
+The mirror is pure: it declares no fault knob. The steps of its load path a broken engine gets wrong are methods
+(`_while_loading`, `_shard_offset`, `_post_load_runs`, `_kernel_scales`, `_write_into`, `_after_reload`) holding
+vLLM's behaviour; fp8check's own engine (cpu/perturbed.py) overrides them to inject the knobs.
 """
 from __future__ import annotations
 
@@ -117,15 +121,13 @@ class _LayerwiseReload:
             self.loads += 1
             name, tensor = eng._canonical(item[0], item[1])
             ver = item[2] if len(item) > 2 else rec.version
-            if self.loads == eng._knobs["generate_during_update"]:   # a scheduler that was not paused
-                eng._serve_generation([[1, 2, 3, 4]])
+            eng._while_loading(self.loads)
             if name in eng.config.kv_scale_names:
                 eng._load_kv_scale(name, tensor)
                 continue
             for r in range(eng.tp):
                 for p in eng._pieces_for(name, r, rec):
-                    if eng._knobs["shard_offsets_lost"] and eng._fused(p.dst, r):
-                        p = replace(p, dst_row=0)              # every shard lands at the buffer's start
+                    p = eng._shard_offset(p, r)
                     mod = eng.param_module(p.dst)
                     if mod in self.done[r]:
                         rec.dropped_loads.append(rank_name(name, r, eng.tp))
@@ -160,10 +162,7 @@ class _LayerwiseReload:
 class ReferenceRollout(ServingMirror):
     engine = "cpu-reference-vllm"
     quantizations = ENGINE_QUANTIZATION     # it serves every rollout.quantization
-    DEFAULT_KNOBS = {"post_process_repeats": 1, "detach_on_install": False, "generate_during_update": None,
-                     "kv_scale_placeholder": None, "realloc_buffer": False, "keep_prefix_cache": False,
-                     "logit_scale": None, "shard_offsets_lost": False, "packed_scales_copied": False}
-    knobs = frozenset(DEFAULT_KNOBS)
+    knobs = frozenset()                     # the pure mirror: the fault knobs live in cpu/perturbed.py
 
     def __init__(self, config: SyncConfig, *, ignored_layers=None, seed: int = 1234, shard_rank=None,
                  load_quantizer=None):
@@ -182,7 +181,6 @@ class ReferenceRollout(ServingMirror):
         self.online_quant = config.engine_quantizes and not config.engine_quantizes_on_load
         self.load_quantizer = load_quantizer
         self.fp8_modules = self._quantized_modules()
-        self._knobs = dict(self.DEFAULT_KNOBS)              # engine-stage faults set these for one install
         self._shard_rank = shard_rank or (lambda name, rank: rank)
         self.poisoned = False
         self.params: list[dict[str, torch.Tensor]] = [self._create(r) for r in range(self.tp)]
@@ -291,8 +289,7 @@ class ReferenceRollout(ServingMirror):
     def _post_process(self, rank: int, module: str, staged: dict[str, torch.Tensor], record: UpdateRecord | None):
         """One module's `process_weights_after_loading`: checkpoint format -> kernel format (in `staged`)."""
         key = rank_name(module, rank, self.tp)
-        repeats = self._knobs["post_process_repeats"] if record is not None else 1
-        for _ in range(repeats):
+        for _ in range(self._post_load_runs(record)):
             if record is not None:
                 record.post_process[key] = record.post_process.get(key, 0) + 1
             if module not in self.fp8_modules:
@@ -308,11 +305,7 @@ class ReferenceRollout(ServingMirror):
                 # a pure function of the module's checkpoint bytes, which most syncs repeat: computed once per content
                 staged[wname], staged[sname] = TRANSFORMS[kind](w, sc, block) if kind == "identity" else \
                     _POST_LOAD.get_for((kind, block), (w, sc), lambda: TRANSFORMS[kind](w, sc, block))
-            if record is not None and self._knobs["packed_scales_copied"] and staged[sname].dim() >= 2:
-                # the kernel reads the grid MN-major; a copy_ of the checkpoint layout's bytes lands transposed
-                s = staged[sname]
-                nb, kb = s.shape[-2:]
-                staged[sname] = s.reshape(*s.shape[:-2], kb, nb).transpose(-1, -2).contiguous()
+            staged[sname] = self._kernel_scales(staged[sname], record)
 
     def _post_process_all(self):
         for r, params in enumerate(self.params):
@@ -366,32 +359,28 @@ class ReferenceRollout(ServingMirror):
         buf = torch.empty(like.shape, dtype=dtype)
         return buf if whole else poison_(buf)
 
-    @contextmanager
-    def _with_knobs(self, knobs: dict | None):
+    def _refuse_knobs(self, knobs: dict | None):
+        """Raises EngineError for a knob this engine does not declare (the mirror declares none)."""
         unknown = set(knobs or {}) - self.knobs
         if unknown:
             raise EngineError(f"{self.engine} cannot inject {sorted(unknown)} (supports {sorted(self.knobs)})")
-        self._knobs = {**self.DEFAULT_KNOBS, **(knobs or {})}
-        try:
-            yield
-        finally:
-            self._knobs = dict(self.DEFAULT_KNOBS)
 
     def install(self, items, version: int | None = None, *, direct: bool = False, knobs: dict | None = None):
         """vLLM's layerwise reload. `items`: iterable of (name, tensor[, version]). direct=True (or
-        rollout.install=load_weights): the model's own load_weights instead, as some RL stacks call it."""
+        rollout.install=load_weights): the model's own load_weights instead, as some RL stacks call it. `knobs`:
+        refused unless this engine declares them (`knobs`; the mirror declares none)."""
         items = self._on_load(items)
-        with self._with_knobs(knobs):
-            rec = self.start_update(version)
-            try:
-                if direct or self.config.rollout.install == "load_weights":
-                    self._load_direct(items, rec)
-                else:
-                    self._open.load(items)
-                    self._open.finish()
-                self._serving_knobs(self._knobs)
-            finally:
-                self._updating, self._open = False, None
+        self._refuse_knobs(knobs)
+        rec = self.start_update(version)
+        try:
+            if direct or self.config.rollout.install == "load_weights":
+                self._load_direct(items, rec)
+            else:
+                self._open.load(items)
+                self._open.finish()
+            self._after_reload()
+        finally:
+            self._updating, self._open = False, None
         return rec
 
     # -- a bucketed update, as vLLM 0.26's weight transfer receives one: start_weight_update, one update_weights
@@ -424,7 +413,7 @@ class ReferenceRollout(ServingMirror):
             raise EngineError("finish_update outside an update (call start_update first)")
         try:
             self._open.finish()
-            self._serving_knobs(self._knobs)
+            self._after_reload()
             return self._open.rec
         finally:
             self._updating, self._open = False, None
@@ -460,18 +449,30 @@ class ReferenceRollout(ServingMirror):
         view.copy_(src)
         return src.numel()
 
-    def _fused(self, dst: str, rank: int) -> bool:
-        """Several checkpoint tensors load into this parameter (q|k|v, gate|up: one stacked buffer)."""
-        w = dst.removesuffix("_scale_inv")
-        return sum(1 for p in self.layout.vllm[rank] if p.dst == w) > 1
-
     def _finish(self, rank: int, mod: str, staged: dict[str, torch.Tensor], rec: UpdateRecord):
         self._post_process(rank, mod, staged, rec)
         for n, t in staged.items():
-            if self._knobs["detach_on_install"]:                   # a write into a fresh tensor, not the captured storage
-                self.params[rank][n] = t.to(self.params[rank][n].dtype).clone()
-            else:
-                self.params[rank][n].copy_(t)
+            self._write_into(rank, n, t)
+
+    # -- the load path's steps a perturbed engine overrides (cpu/perturbed.py); here, what vLLM does ---------------
+    def _while_loading(self, loads: int):
+        """Called before the reload's `loads`-th tensor is written: the scheduler is paused, nothing is served."""
+
+    def _shard_offset(self, piece: Piece, rank: int) -> Piece:
+        """Where a shard lands in its parameter: the weight loader's stacked offset, as the layout states it."""
+        return piece
+
+    def _post_load_runs(self, record: UpdateRecord | None) -> int:
+        """How often a module's `process_weights_after_loading` runs per reload: once."""
+        return 1
+
+    def _kernel_scales(self, scales: torch.Tensor, record: UpdateRecord | None) -> torch.Tensor:
+        """A post-processed module's scale grid as the kernel reads it: as post-load left it."""
+        return scales
+
+    def _write_into(self, rank: int, name: str, t: torch.Tensor):
+        """A processed tensor copied into the parameter's original storage (what captured CUDA graphs read)."""
+        self.params[rank][name].copy_(t)
 
     def poison(self):
         """Test mode before a sync: every destination byte set to the sentinel (S1 proves none survives)."""

@@ -115,18 +115,11 @@ class ServingMirror:
     def pin_kv_scales(self, value: float):
         self.set_kv_scales({which: value for which in ("k", "v", "q", "prob")})
 
-    def _serving_knobs(self, knobs: dict):
-        """Knobs a broken reload turns (called at the end of an install)."""
-        if knobs.get("kv_scale_placeholder") is not None:     # a reload that re-created the scale sentinel
-            layer = attention_layers(self.config.spec)[0]
-            self.buffers[0][f"{layer}._k_scale"].fill_(float(knobs["kv_scale_placeholder"]))
-        if knobs.get("realloc_buffer"):                        # a buffer rebound to new storage
-            rot = rotary_buffer(self.config.spec)
-            self.buffers[0][rot] = self.buffers[0][rot].clone()
-        if not knobs.get("keep_prefix_cache"):
-            self._prefix_cache.clear()
-        # the sampler's logits scaled (a temperature applied to the log-probs it returns); the next install resets it
-        self.logit_scale = float(knobs["logit_scale"]) if knobs.get("logit_scale") is not None else 1.0
+    def _after_reload(self):
+        """The end of an install: buffers stay where the graphs read them, the prefix cache is reset (fp8check's
+        adapter does it after every install), the sampler's logits are unscaled, the last wake counts the sync."""
+        self._prefix_cache.clear()
+        self.logit_scale = 1.0
         self._sleepwake.synced()
 
     # -- sleep / wake ---------------------------------------------------------------------------------------
