@@ -23,12 +23,13 @@ from fp8check.faults import FAULTS
 from fp8check.harness.config import recommended_config
 from fp8check.harness.integrations import check as check_mod
 from fp8check.harness.integrations import pytest_plugin
-from fp8check.harness.integrations.check import STATE_CHECKS, SyncCheckFailed, check_sync
+from fp8check.harness.integrations.check import STATE_CHECKS, check_sync
 from fp8check.harness.integrations.pytest_plugin import SyncChecker
 from fp8check.harness.sync import stages
-from fp8check.harness.sync.pipeline import (FaultContext, fault_config, interceptors, reference_engines,
+from fp8check.harness.sync.pipeline import (fault_config, interceptors, reference_engines,
                                             reference_sync, serving_cycle)
 from fp8check.invariants.probes import prompts_for
+from one_road import plugin_findings, users_sync
 
 BASE = recommended_config("tiny-dense", "blockwise-fp32")
 
@@ -58,45 +59,16 @@ def through_run_sync(fault, cfg) -> list:
     return res.findings
 
 
-class _Holding:
-    """The learner, holding the bytes a trainer fault gave it (what it exports)."""
-
-    def __init__(self, trainer, hf):
-        self._trainer, self._hf = trainer, hf
-
-    def export_hf(self):
-        return self._hf
-
-    def __getattr__(self, name):
-        return getattr(self._trainer, name)
-
-
-def _users_sync(cfg, version: int, hooks: stages.Interceptors):
-    """A user's sync function: fp8check's own wire, corrupted where `hooks` say, handed to `load`."""
-    def sync(weights, masters, load):
-        wire = stages.send(cfg, weights, version, masters, FaultContext(cfg, weights, None, masters), hooks)
-        load([(n, t) for n, t, _ in stages.install_items(wire.received)])
-    return sync
-
-
 def through_plugin(fault, cfg) -> list:
     hooks = interceptors(fault)
     trainer, engine = reference_engines(cfg, fault)
     for s in range(_steps(fault)):
         trainer.optimizer_step()
         if s < _steps(fault) - 1:
-            SyncChecker(cfg, trainer, engine)(_users_sync(cfg, trainer.record().version, stages.Interceptors()))
-    if hooks.on_trainer is not None:
-        hf = trainer.export_hf()
-        trainer = _Holding(trainer, hooks.on_trainer(cfg, dict(hf), FaultContext(cfg, hf, None, trainer.master_hf)))
+            SyncChecker(cfg, trainer, engine)(users_sync(cfg, trainer.record().version, stages.Interceptors()))
     if hooks.serving is not None:
         serving_cycle(engine, hooks.serving, prompts_for(cfg.spec.vocab_size))
-    sync = _users_sync(cfg, trainer.record().version,
-                       stages.Interceptors(on_payload=hooks.on_payload, on_buckets=hooks.on_buckets))
-    try:
-        return SyncChecker(cfg, trainer, engine)(sync)
-    except SyncCheckFailed as e:
-        return e.findings
+    return plugin_findings(cfg, trainer, engine, hooks)
 
 
 def through_check_sync(fault, cfg) -> list:
@@ -124,7 +96,7 @@ def test_a_fault_reaches_the_same_checks_through_every_driver(stage, name):
 def test_a_clean_sync_fires_nothing_through_every_driver():
     trainer, engine = reference_engines(BASE)
     trainer.optimizer_step()
-    assert _fired(SyncChecker(BASE, trainer, engine)(_users_sync(BASE, trainer.record().version,
+    assert _fired(SyncChecker(BASE, trainer, engine)(users_sync(BASE, trainer.record().version,
                                                                  stages.Interceptors()))) == []
     res, _, rollout = reference_sync(BASE, resync=False, checks=False)
     assert _fired(check_sync(rollout, res.trainer.tensors, BASE, on_fail="return")) == []
@@ -139,7 +111,7 @@ def test_the_resync_is_one_stage_for_run_sync_and_the_plugin(monkeypatch):
     _, _, rollout = reference_sync(BASE)
     trainer, engine = reference_engines(BASE)
     trainer.optimizer_step()
-    SyncChecker(BASE, trainer, engine)(_users_sync(BASE, trainer.record().version, stages.Interceptors()))
+    SyncChecker(BASE, trainer, engine)(users_sync(BASE, trainer.record().version, stages.Interceptors()))
     assert calls == [rollout, engine]
 
 

@@ -9,10 +9,9 @@ import pytest
 from fp8check.faults import FAULTS
 from fp8check.harness.config import recommended_config
 from fp8check.harness.engines.registry import make_engine
-from fp8check.harness.integrations.check import STATE_CHECKS, SyncCheckFailed, check_sync
-from fp8check.harness.integrations.pytest_plugin import SyncChecker
-from fp8check.harness.sync import stages
-from fp8check.harness.sync.pipeline import FaultContext, fault_config, interceptors, reference_sync, run_sync
+from fp8check.harness.integrations.check import STATE_CHECKS, check_sync
+from fp8check.harness.sync.pipeline import fault_config, interceptors, reference_sync, run_sync
+from one_road import plugin_findings
 
 from .conftest import record
 
@@ -28,26 +27,6 @@ def _fired(findings, drop=()) -> list:
                    if f.verdict == "fail" and f.invariant_id in STATE_CHECKS and f.invariant_id not in drop})
 
 
-def _users_sync(cfg, version, hooks):
-    def sync(weights, masters, load):
-        wire = stages.send(cfg, weights, version, masters, FaultContext(cfg, weights, None, masters), hooks)
-        load([(n, t) for n, t, _ in stages.install_items(wire.received)])
-    return sync
-
-
-class _Holding:
-    """The learner holding the bytes a trainer fault gave it."""
-
-    def __init__(self, trainer, hf):
-        self._trainer, self._hf = trainer, hf
-
-    def export_hf(self):
-        return self._hf
-
-    def __getattr__(self, name):
-        return getattr(self._trainer, name)
-
-
 @pytest.mark.parametrize("name", CASES, ids=[n or "clean" for n in CASES])
 def test_live_a_fault_reaches_the_same_checks_through_every_driver(engine, name):
     fault = FAULTS[name] if name else None
@@ -57,19 +36,7 @@ def test_live_a_fault_reaches_the_same_checks_through_every_driver(engine, name)
     trainer.optimizer_step()
 
     own = run_sync(cfg, trainer, rollout, fault=fault).findings
-
-    hooks = interceptors(fault)
-    learner = trainer
-    if hooks.on_trainer is not None:
-        hf = trainer.export_hf()
-        learner = _Holding(trainer, hooks.on_trainer(cfg, dict(hf), FaultContext(cfg, hf, None, trainer.master_hf)))
-    sync = _users_sync(cfg, trainer.record().version,
-                       stages.Interceptors(on_payload=hooks.on_payload, on_buckets=hooks.on_buckets))
-    try:
-        plugin = SyncChecker(cfg, learner, rollout)(sync)
-    except SyncCheckFailed as e:
-        plugin = e.findings
-
+    plugin = plugin_findings(cfg, trainer, rollout, interceptors(fault))
     res = run_sync(cfg, trainer, rollout, fault=fault, checks=False, resync=False)
     observed = check_sync(rollout, res.trainer.tensors, cfg, on_fail="return", version=res.version)
 
