@@ -76,4 +76,19 @@ class SleepWake:
             raise EngineError(ASLEEP[doing])
 
 
-__all__ = ["ASLEEP", "SleepWake"]
+class Sleeps:
+    """Mixed into an engine that composes a `SleepWake` as `sleepwake`: the protocol's read-only view of it."""
+    sleepwake: SleepWake
+
+    @property
+    def sleep_level(self) -> int:
+        """0 awake, else the level (1 or 2) the engine sleeps at."""
+        return self.sleepwake.level
+
+    @property
+    def wake_event(self) -> WakeEvent | None:
+        """The last wake's event (None before the first)."""
+        return self.sleepwake.wake_event
+
+
+__all__ = ["ASLEEP", "SleepWake", "Sleeps"]

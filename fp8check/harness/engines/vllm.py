@@ -31,10 +31,9 @@ from ..config import CHECKPOINT_FORMAT_ENGINES, ENGINE_QUANTIZATION, SyncConfig
 from ..layouts import engine_module, rank_name, weight_of_scale
 from ..models import MULTIMODAL
 from ..numerics.settings import read_settings
-from ..record import (EngineRecord, Generation, KVScale, Outputs, ReloadContract, ServingState, UpdateRecord,
-                      WakeEvent)
+from ..record import EngineRecord, Generation, KVScale, Outputs, ReloadContract, ServingState, UpdateRecord
 from .protocol import EngineError
-from .sleepwake import SleepWake
+from .sleepwake import SleepWake, Sleeps
 from .vllm_api import UnsupportedVLLM, engine_facts
 from .versions import param_versions, served_versions, versions_meta
 from .vllm_extension import TEST_EXTENSION
@@ -151,7 +150,7 @@ def _kv(d: dict) -> dict:
     return {layer: KVScale(v.get("k"), v.get("v"), v.get("q"), v.get("prob")) for layer, v in d.items()}
 
 
-class VLLMEngine:
+class VLLMEngine(Sleeps):
     """One vLLM engine in this process (the remote wrapper runs it inside a Ray actor)."""
     engine = "vllm"                          # an instance's: vllm-<release> (harness.engines.vllm_api)
     quantizations = ENGINE_QUANTIZATION     # it serves every rollout.quantization
@@ -219,7 +218,7 @@ class VLLMEngine:
         self.boot_kv_scales = _kv(self.rpc("fp8check_kv_scales")[0])     # what vLLM left at boot
         if config.rollout.pin_kv_scales and not observe_only:    # (calibrated scales are refused above)
             self.rpc("fp8check_pin_kv_scales", float(config.rollout.kv_scale))
-        self._sleepwake, self.outputs = SleepWake(), None
+        self.sleepwake, self.outputs = SleepWake(), None
         self._logit_scaled = False
         self._observed = None            # observe mode: the counts of the sync this wrapper was made for
         self._open = None                # a bucketed update in progress: (record, items loaded so far)
@@ -306,7 +305,7 @@ class VLLMEngine:
 
     def _begin_update(self, version: int | None, repeats: int = 1) -> UpdateRecord:
         """One update begins: refused while asleep, the post-load counters reset, a fresh record."""
-        self._sleepwake.refuse_if_asleep("install")
+        self.sleepwake.refuse_if_asleep("install")
         self.rpc("fp8check_reset_counts", repeats)
         rec = UpdateRecord(version)
         self.updates.append(rec)
@@ -348,7 +347,7 @@ class VLLMEngine:
         if knobs.get("logit_scale") is not None or self._logit_scaled:     # set for this install, reset after
             self.rpc("fp8check_serving_fault", {"logit_scale": knobs.get("logit_scale")})
             self._logit_scaled = knobs.get("logit_scale") is not None
-        self._sleepwake.synced()
+        self.sleepwake.synced()
 
     # -- a bucketed update, as vLLM 0.26's weight transfer receives one (start_weight_update, update_weights per
     # bucket, finish_weight_update: one layerwise reload across the buckets)
@@ -498,39 +497,29 @@ class VLLMEngine:
             raise EngineError(f"vLLM {self.facts.version} has no weight checker (compute_weight_checksums: 0.32+)")
 
     # -- sleep / wake (enable_sleep_mode) ------------------------------------------------------------------------
-    @property
-    def sleep_level(self) -> int:
-        """0 awake, else the level (1 or 2) the engine sleeps at."""
-        return self._sleepwake.level
-
-    @property
-    def wake_event(self) -> WakeEvent | None:
-        """The last wake's event (None before the first)."""
-        return self._sleepwake.wake_event
-
     def sleep(self, level: int = 1):
-        self._sleepwake.begin_sleep(level, self.state_digests, lambda: _kv(self.rpc("fp8check_kv_scales")[0]))
+        self.sleepwake.begin_sleep(level, self.state_digests, lambda: _kv(self.rpc("fp8check_kv_scales")[0]))
         self.llm.sleep(level=level)
-        self._sleepwake.slept(level)
+        self.sleepwake.slept(level)
 
     def wake(self, kv_scales: dict | None = None):
         """Wake every pool (weights first is what vLLM needs after level 2), then what an RL stack does after a
         wake: KV scales pinned again (what vLLM resets on a wake: vllm_api fact `wake_resets_kv_scales`). `kv_scales` (a
         wake fault, fp8check's own engine): leave these KV-cache scales in every attention layer first."""
-        self._sleepwake.begin_wake()
+        self.sleepwake.begin_wake()
         self.rpc("fp8check_empty_cache")
         self.llm.wake_up()
-        level = self._sleepwake.awake()
+        level = self.sleepwake.awake()
         if kv_scales:
             self.rpc("fp8check_serving_fault", {"wake_kv_scales": dict(kv_scales)})
         after = self.state_digests()
         if self.config.rollout.pin_kv_scales and not self.config.calibrated_kv:
             self.rpc("fp8check_pin_kv_scales", float(self.config.rollout.kv_scale))
-        self._sleepwake.woke(level, after, _kv(self.rpc("fp8check_kv_scales")[0]))
+        self.sleepwake.woke(level, after, _kv(self.rpc("fp8check_kv_scales")[0]))
 
     def _note_generation(self):
-        self._sleepwake.refuse_if_asleep("generation")
-        self._sleepwake.note_generation()
+        self.sleepwake.refuse_if_asleep("generation")
+        self.sleepwake.note_generation()
 
     def measure_outputs(self, prompts, max_tokens: int = 8) -> Outputs:
         g = self.greedy(prompts, max_tokens)

@@ -387,7 +387,7 @@ class ReferenceRollout(ServingMirror):
     # per bucket, finish_weight_update (vllm/distributed/weight_transfer/ipc_engine.py: one layerwise reload
     # spans every bucket; a layer is processed when its last element arrives, and what never completes, at finish)
     def start_update(self, version: int | None = None) -> UpdateRecord:
-        self._sleepwake.refuse_if_asleep("install")
+        self.sleepwake.refuse_if_asleep("install")
         rec = UpdateRecord(version)
         self.updates.append(rec)
         self.generations = []                # the record reports generations since this update began

@@ -24,8 +24,8 @@ from ...digest import state_digest
 from ...formats.bytes import poison_
 from ...layouts import rank_name
 from ...layouts.vllm import vllm_name
-from ...record import KVScale, Outputs, ServingState, WakeEvent
-from ..sleepwake import SleepWake
+from ...record import KVScale, Outputs, ServingState
+from ..sleepwake import SleepWake, Sleeps
 from ...memo import Memo
 
 # reference forwards (prompt log-probs, greedy decodes) by the content of the engine state they read
@@ -46,7 +46,7 @@ def rotary_buffer(spec) -> str:
     return attention_layers(spec)[0].removesuffix(".attn") + ".rotary_emb.cos_sin_cache"
 
 
-class ServingMirror:
+class ServingMirror(Sleeps):
     """Mixed into ReferenceRollout: buffers, KV scales, sleep/wake, greedy decoding with a prefix cache."""
 
     def _init_serving(self, seed: int):
@@ -64,7 +64,7 @@ class ServingMirror:
         if self._pins_kv:
             self.pin_kv_scales(cfg.rollout.kv_scale)
         self._watched = {**self._ptrs(), **self._buffer_ptrs()}   # what the captured graphs read
-        self._sleepwake = SleepWake()
+        self.sleepwake = SleepWake()
         self._prefix_cache: dict = {}
         self.outputs: Outputs | None = None
         self.logit_scale = 1.0                                 # vLLM LogitsProcessor.scale
@@ -120,30 +120,20 @@ class ServingMirror:
         adapter does it after every install), the sampler's logits are unscaled, the last wake counts the sync."""
         self._prefix_cache.clear()
         self.logit_scale = 1.0
-        self._sleepwake.synced()
+        self.sleepwake.synced()
 
     # -- sleep / wake ---------------------------------------------------------------------------------------
-    @property
-    def sleep_level(self) -> int:
-        """0 awake, else the level (1 or 2) the engine sleeps at."""
-        return self._sleepwake.level
-
-    @property
-    def wake_event(self) -> WakeEvent | None:
-        """The last wake's event (None before the first)."""
-        return self._sleepwake.wake_event
-
     def sleep(self, level: int = 1):
-        self._sleepwake.begin_sleep(level, self.state_digests, self.kv_scales)
+        self.sleepwake.begin_sleep(level, self.state_digests, self.kv_scales)
         self._saved_buffers = [{n: t.clone() for n, t in b.items()} for b in self.buffers]
         self._prefix_cache.clear()                             # LLM.sleep clears the prefix cache
-        self._sleepwake.slept(level)
+        self.sleepwake.slept(level)
 
     def wake(self, kv_scales: dict | None = None):
         """`kv_scales` (a fault, fp8check's own engines only): the wake leaves these KV-cache scales ({"k": 0.0},
         {"k": 1.0, "v": 1.0}) in every attention layer, as the engine bugs it mirrors do."""
-        self._sleepwake.begin_wake()
-        level = self._sleepwake.awake()
+        self.sleepwake.begin_wake()
+        level = self.sleepwake.awake()
         if level == 2:                                         # weights discarded, buffers restored
             for params in self._graph:
                 for t in params.values():
@@ -155,11 +145,11 @@ class ServingMirror:
         after = self.state_digests()
         if self._pins_kv:
             self.pin_kv_scales(self.config.rollout.kv_scale)
-        self._sleepwake.woke(level, after, self.kv_scales())
+        self.sleepwake.woke(level, after, self.kv_scales())
 
     def _note_generation(self):
-        self._sleepwake.note_generation()
-        self._sleepwake.refuse_if_asleep("generation")
+        self.sleepwake.note_generation()
+        self.sleepwake.refuse_if_asleep("generation")
 
     # -- serving ----------------------------------------------------------------------------------------------
     def greedy(self, prompts: list[list[int]], max_tokens: int = 8) -> list[list[int]]:
