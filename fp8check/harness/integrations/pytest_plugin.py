@@ -208,7 +208,7 @@ class SyncChecker:
                 if bucketed:              # finalized even when the function raised: the engine's state is judged
                     eng.finish_update()
             if not bucketed:
-                eng.install([(n, t, version) for batch in buckets for n, t in batch], version)
+                self.install(buckets, version)
         except Exception as e:  # noqa: BLE001 - the engine (or the sync) refused: judged as left
             errors.append(f"{e.__class__.__name__}: {e}")
         return buckets, errors
